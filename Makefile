@@ -1,0 +1,37 @@
+# Two commands for a newcomer: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck unit services clean bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Install, apply migrations to the embedded SQLite default and serve on :8080.
+run: $(STAMP)
+	$(BIN)/gateway migrate
+	$(BIN)/gateway serve
+
+## Install, then lint, type-check and run every test (unit, integration, end-to-end).
+test: $(STAMP)
+	$(BIN)/ruff check gateway tests migrations
+	$(BIN)/ruff format --check gateway tests migrations
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway tests migrations
+	$(BIN)/ruff format --check gateway tests migrations
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""Tables: teams, their API keys (hashes only), and one usage record per upstream request."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, Numeric, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gateway.db.base import Base
+
+Money = Numeric(20, 10)
+
+
+class Team(Base):
+    __tablename__ = "teams"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    allowed_regions: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    monthly_budget_usd: Mapped[Decimal | None] = mapped_column(Money, default=None)
+    rpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    tpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    team_id: Mapped[str] = mapped_column(ForeignKey("teams.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the secret
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    allowed_regions: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    monthly_budget_usd: Mapped[Decimal | None] = mapped_column(Money, default=None)
+    rpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    tpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class UsageRecord(Base):
+    __tablename__ = "usage_records"
+    __table_args__ = (
+        Index("ix_usage_records_team_created", "team_id", "created_at"),
+        Index("ix_usage_records_created", "created_at"),
+        Index("ix_usage_records_batch", "team_id", "batch_id"),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    team_id: Mapped[str] = mapped_column(String(40))
+    key_id: Mapped[str] = mapped_column(String(40))
+    model: Mapped[str] = mapped_column(String(200))
+    provider: Mapped[str] = mapped_column(String(200))
+    region: Mapped[str] = mapped_column(String(100))
+    deployment: Mapped[str] = mapped_column(String(400))
+    upstream_model: Mapped[str] = mapped_column(String(200))
+    endpoint: Mapped[str] = mapped_column(String(40))
+    batch_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    status: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    usage_source: Mapped[str] = mapped_column(String(16))
+    cost: Mapped[Decimal] = mapped_column(Money)
+    latency_ms: Mapped[float] = mapped_column(Numeric(12, 3))
+    ttft_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
+    error_code: Mapped[str | None] = mapped_column(String(64), default=None)

@@ -1,0 +1,159 @@
+"""The gateway's one exception tree; every error knows its HTTP status and OpenAI error shape.
+
+    GatewayError
+    ├── InvalidRequest (400, invalid_request_error)
+    │   ├── NoRoute (400, code no_route)
+    │   └── DirectiveConflict (400, code directive_conflict)
+    ├── AuthenticationFailed (401, authentication_error)
+    ├── PermissionDenied (403, permission_error)
+    ├── NotFound (404, not_found_error)
+    ├── PayloadTooLarge (413, invalid_request_error)
+    ├── RateLimited (429, rate_limit_error / insufficient_quota)
+    └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
+        ├── UpstreamTimeout (504)
+        ├── UpstreamUnavailable (503)
+        ├── UpstreamRateLimited (429 from the provider)
+        ├── UpstreamRejected (4xx from the provider: passed on, never retried)
+        └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class ErrorDetail(msgspec.Struct, omit_defaults=False):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorDetail
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "api_error"
+    code: str | None = None
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(ErrorDetail(self.message, self.type, self.param, self.code))
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self.body())
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class NoRoute(InvalidRequest):
+    code = "no_route"
+
+
+class DirectiveConflict(InvalidRequest):
+    code = "directive_conflict"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class QuotaExceeded(RateLimited):
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+
+
+class UpstreamError(GatewayError):
+    """The provider failed; `retryable` says whether the same deployment may be tried again."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.retry_after_s = retry_after_s
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "upstream_unavailable"
+
+
+class UpstreamRateLimited(UpstreamError):
+    status = 429
+    type = "rate_limit_error"
+    code = "upstream_rate_limited"
+
+
+class UpstreamRejected(UpstreamError):
+    """A 4xx from the provider about the request itself: retrying or moving would not help."""
+
+    type = "invalid_request_error"
+    code = "upstream_rejected"
+    retryable = False
+
+
+class PinnedProviderUnavailable(UpstreamError):
+    status = 503
+    code = "pinned_provider_unavailable"
+    retryable = False

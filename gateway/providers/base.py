@@ -1,0 +1,85 @@
+"""The small Protocol every provider kind implements; adapters are pure (no I/O).
+
+The executor (`gateway.dispatch`) owns the HTTP client: it asks an adapter to build the upstream
+request, sends it, and hands the bytes back to the adapter to parse into OpenAI format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+import msgspec
+
+from gateway.errors import UpstreamError
+from gateway.schemas.openai import ChatCompletionRequest
+from gateway.settings import Provider
+
+
+class Endpoint(str, Enum):
+    CHAT = "chat/completions"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
+
+
+class TokenUsage(msgspec.Struct, frozen=True):
+    """Token counts in OpenAI terms: cached and cache-write tokens are parts of prompt_tokens."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    """One request as the gateway means to send it, before any provider's translation."""
+
+    endpoint: Endpoint
+    body: dict[str, Any]  # what the client sent, `gateway` removed; `model` is still the alias
+    upstream_model: str
+    stream: bool
+    client_wants_usage: bool  # the client set stream_options.include_usage
+    team_id: str
+    chat: ChatCompletionRequest | None = None  # the typed view, for chat completions
+    cache_key: str | None = None  # given by the client, or derived from the cached prefix
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    url: str
+    headers: dict[str, str]
+    content: bytes
+    method: str = "POST"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamResponse:
+    body: bytes  # an OpenAI-format JSON body, ready for the client
+    usage: TokenUsage | None  # None when the upstream reported none
+
+
+class StreamTranslator(Protocol):
+    """Turns an upstream's SSE events into OpenAI SSE frames, and keeps the usage it saw."""
+
+    usage: TokenUsage | None
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Take one SSE event's `data` payload; return complete frames (`data: ...\\n\\n`) to send."""
+        ...
+
+    def finish(self) -> list[bytes]:
+        """The upstream stream ended cleanly: return any last frames (e.g. `data: [DONE]\\n\\n`)."""
+        ...
+
+
+class ProviderAdapter(Protocol):
+    def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest: ...
+
+    def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse: ...
+
+    def stream_translator(self, call: UpstreamCall) -> StreamTranslator: ...
+
+    def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError: ...

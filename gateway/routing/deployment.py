@@ -1,0 +1,56 @@
+"""Deployments: one model alias served by one provider, with its upstream model name and prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.settings import Catalog, Price, Provider
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    id: str  # "<provider>/<upstream model>", stable across processes and restarts
+    model: str  # the public alias
+    provider: Provider
+    upstream_model: str
+    price: Price
+    weight: float = 1.0
+
+    @property
+    def region(self) -> str:
+        return self.provider.region
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentTable:
+    """Every alias and its deployments, in configured order; built once from the catalog."""
+
+    by_model: dict[str, tuple[Deployment, ...]]
+    regions: frozenset[str]
+    providers: frozenset[str]
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog) -> DeploymentTable:
+        providers = {p.name: p for p in catalog.providers}
+        by_model = {
+            model.name: tuple(
+                Deployment(
+                    id=f"{spec.provider}/{spec.model}",
+                    model=model.name,
+                    provider=providers[spec.provider],
+                    upstream_model=spec.model,
+                    price=spec.price,
+                    weight=spec.weight,
+                )
+                for spec in model.deployments
+            )
+            for model in catalog.models
+        }
+        return cls(
+            by_model=by_model,
+            regions=frozenset(p.region for p in catalog.providers),
+            providers=frozenset(providers),
+        )
+
+    def all(self) -> list[Deployment]:
+        return [d for deployments in self.by_model.values() for d in deployments]

@@ -1,0 +1,233 @@
+"""Typed, frozen settings: the environment plus the YAML catalog, validated once at start-up.
+
+This is the only module that reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from decimal import Decimal
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+
+class ConfigError(Exception):
+    """A bad configuration: the message names the file, the key and the problem."""
+
+
+class ProviderKind(str, Enum):
+    OPENAI = "openai"
+    AZURE = "azure"
+    ANTHROPIC = "anthropic"
+    MOCK = "mock"
+
+
+class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    kind: ProviderKind
+    region: str
+    base_url: str | None = None
+    base_urls: tuple[str, ...] = ()
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    api_version: str = "2024-10-21"  # azure only
+    anthropic_version: str = "2023-06-01"  # anthropic only
+    pass_cache_hints: bool = False  # self-hosted openai-compatible: forward cache_control as sent
+    headers: dict[str, str] = {}
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Replica base URLs, in configured order (one for most providers)."""
+        if self.base_urls:
+            return tuple(u.rstrip("/") for u in self.base_urls)
+        return (self.base_url.rstrip("/"),) if self.base_url else ()
+
+
+class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """USD per million tokens; cached_input and cache_write fall back to input."""
+
+    input: Decimal = Decimal(0)
+    output: Decimal = Decimal(0)
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+
+
+class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: str
+    model: str
+    price: Price = Price()
+    weight: float = 1.0
+
+
+class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    deployments: tuple[DeploymentSpec, ...]
+
+
+class RetrySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    max_attempts: int = 3
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 5.0
+    retry_after_cap_s: float = 30.0
+
+
+class CircuitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    failure_threshold: int = 5
+    cooldown_s: float = 30.0
+
+
+class BatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    idle_ttl_s: int = 3600
+
+
+class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_messages: int = 10_000
+    max_upstream_response_bytes: int = 64 * 1024 * 1024
+
+
+class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    providers: tuple[Provider, ...]
+    models: tuple[ModelSpec, ...]
+    retry: RetrySettings = RetrySettings()
+    circuit: CircuitSettings = CircuitSettings()
+    batches: BatchSettings = BatchSettings()
+    limits: LimitSettings = LimitSettings()
+
+    def provider(self, name: str) -> Provider:
+        return next(p for p in self.providers if p.name == name)
+
+
+class Settings(msgspec.Struct, frozen=True):
+    catalog: Catalog
+    config_path: str
+    database_url: str
+    redis_url: str | None
+    admin_key: str | None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    log_format: str = "json"
+    key_cache_ttl_s: float = 5.0
+    metering_flush_interval_s: float = 0.2
+    metering_batch_size: int = 1000
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_PATH_IN_MESSAGE = re.compile(r" - at `\$(.*)`$")
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    """Read the environment and the catalog it points at; raise ConfigError when anything is off."""
+    env = dict(os.environ if environ is None else environ)
+    config_path = env.get("GATEWAY_CONFIG", "config/gateway.yaml")
+    log_format = env.get("GATEWAY_LOG_FORMAT", "json")
+    if log_format not in ("json", "console"):
+        raise ConfigError(f"GATEWAY_LOG_FORMAT: must be json or console, not {log_format!r}")
+    return Settings(
+        catalog=load_catalog(config_path, env),
+        config_path=config_path,
+        database_url=env.get("GATEWAY_DATABASE_URL") or "sqlite:///data/gateway.db",
+        redis_url=env.get("GATEWAY_REDIS_URL") or None,
+        admin_key=env.get("GATEWAY_ADMIN_KEY") or None,
+        host=env.get("GATEWAY_HOST", "127.0.0.1"),
+        port=_int_env(env, "GATEWAY_PORT", 8080),
+        workers=_int_env(env, "GATEWAY_WORKERS", 1),
+        log_format=log_format,
+        key_cache_ttl_s=float(env.get("GATEWAY_KEY_CACHE_TTL_S", "5")),
+    )
+
+
+def _int_env(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping with providers and models")
+    substituted = _substitute_env(raw, environ, path, "")
+    try:
+        catalog = msgspec.convert(substituted, Catalog, strict=False)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        match = _PATH_IN_MESSAGE.search(message)
+        where = match.group(1).lstrip(".") if match else "(top level)"
+        problem = _PATH_IN_MESSAGE.sub("", message)
+        raise ConfigError(f"{path}: {where}: {problem}") from None
+    _check_references(catalog, path)
+    return catalog
+
+
+def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute_env(v, environ, path, f"{where}[{i}]") for i, v in enumerate(node)]
+    if isinstance(node, str):
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in environ:
+                return environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{path}: {where}: environment variable {name} is not set")
+
+        return _ENV_REF.sub(replace, node)
+    return node
+
+
+def _check_references(catalog: Catalog, path: Path) -> None:
+    seen: set[str] = set()
+    for i, provider in enumerate(catalog.providers):
+        where = f"{path}: providers[{i}]"
+        if provider.name in seen:
+            raise ConfigError(f"{where}.name: duplicate provider name {provider.name!r}")
+        seen.add(provider.name)
+        if provider.kind is not ProviderKind.MOCK and not provider.urls:
+            raise ConfigError(f"{where}.base_url: required for a provider of kind {provider.kind.value}")
+        if provider.base_url and provider.base_urls:
+            raise ConfigError(f"{where}: give base_url or base_urls, not both")
+        if provider.timeout_s <= 0:
+            raise ConfigError(f"{where}.timeout_s: must be positive")
+    aliases: set[str] = set()
+    for i, model in enumerate(catalog.models):
+        where = f"{path}: models[{i}]"
+        if model.name in aliases:
+            raise ConfigError(f"{where}.name: duplicate model name {model.name!r}")
+        aliases.add(model.name)
+        if not model.deployments:
+            raise ConfigError(f"{where}.deployments: a model needs at least one deployment")
+        for j, deployment in enumerate(model.deployments):
+            if deployment.provider not in seen:
+                raise ConfigError(
+                    f"{where}.deployments[{j}].provider: unknown provider {deployment.provider!r} "
+                    f"(known: {', '.join(sorted(seen))})"
+                )
+            if deployment.weight <= 0:
+                raise ConfigError(f"{where}.deployments[{j}].weight: must be positive")
+            for field in ("input", "output", "cached_input", "cache_write"):
+                value = getattr(deployment.price, field)
+                if value is not None and value < 0:
+                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
+    if catalog.retry.max_attempts < 1:
+        raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
