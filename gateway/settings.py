@@ -38,7 +38,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     connect_timeout_s: float = 10.0
     api_version: str = "2024-10-21"  # azure only
     anthropic_version: str = "2023-06-01"  # anthropic only
-    pass_cache_hints: bool = False  # self-hosted openai-compatible: forward cache_control as sent
+    # How prompt-cache hints are forwarded: "openai" (prompt_cache_key, cache_control removed),
+    # "pass" (forward as sent), "strip" (remove all hints); "auto" = openai for OpenAI and Azure,
+    # strip for other OpenAI-compatible servers (vLLM, SGLang...).
+    cache_hints: str = "auto"
     headers: dict[str, str] = {}
 
     @property
@@ -207,6 +210,8 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.base_url: required for a provider of kind {provider.kind.value}")
         if provider.base_url and provider.base_urls:
             raise ConfigError(f"{where}: give base_url or base_urls, not both")
+        if provider.cache_hints not in ("auto", "openai", "pass", "strip"):
+            raise ConfigError(f"{where}.cache_hints: must be auto, openai, pass or strip")
         if provider.timeout_s <= 0:
             raise ConfigError(f"{where}.timeout_s: must be positive")
     aliases: set[str] = set()

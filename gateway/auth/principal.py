@@ -1,0 +1,27 @@
+"""The authenticated caller of an OpenAI endpoint: a team key and the limits that bind it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key_id: str
+    key_prefix: str  # safe to log
+    team_id: str
+    team_name: str
+    # None = no restriction; otherwise the key's and the team's lists intersected
+    allowed_models: frozenset[str] | None = None
+    allowed_regions: frozenset[str] | None = None
+    key_rpm: int | None = None
+    key_tpm: int | None = None
+    team_rpm: int | None = None
+    team_tpm: int | None = None
+    key_budget_usd: Decimal | None = None
+    team_budget_usd: Decimal | None = None
+    expires_at: float | None = None  # unix seconds
+
+    def may_use_model(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
