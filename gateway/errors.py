@@ -1,20 +1,22 @@
 """The gateway's one exception tree; every error knows its HTTP status and OpenAI error shape.
 
-    GatewayError
-    ├── InvalidRequest (400, invalid_request_error)
-    │   ├── NoRoute (400, code no_route)
-    │   └── DirectiveConflict (400, code directive_conflict)
-    ├── AuthenticationFailed (401, authentication_error)
-    ├── PermissionDenied (403, permission_error)
-    ├── NotFound (404, not_found_error)
-    ├── PayloadTooLarge (413, invalid_request_error)
-    ├── RateLimited (429, rate_limit_error / insufficient_quota)
-    └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
-        ├── UpstreamTimeout (504)
-        ├── UpstreamUnavailable (503)
-        ├── UpstreamRateLimited (429 from the provider)
-        ├── UpstreamRejected (4xx from the provider: passed on, never retried)
-        └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
+GatewayError
+├── InvalidRequest (400, invalid_request_error)
+│   ├── NoRoute (400, code no_route)
+│   └── DirectiveConflict (400, code directive_conflict)
+├── AuthenticationFailed (401, authentication_error)
+├── PermissionDenied (403, permission_error)
+├── NotFound (404, not_found_error)
+├── Conflict (409, invalid_request_error, code conflict)
+├── PayloadTooLarge (413, invalid_request_error)
+├── RateLimited (429, rate_limit_error / insufficient_quota)
+├── ServiceUnavailable (503, api_error): the gateway's own dependency (database) is down
+└── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
+    ├── UpstreamTimeout (504)
+    ├── UpstreamUnavailable (503)
+    ├── UpstreamRateLimited (429 from the provider)
+    ├── UpstreamRejected (4xx from the provider: passed on, never retried)
+    └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ class ModelNotFound(NotFound):
     code = "model_not_found"
 
 
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
@@ -114,6 +122,14 @@ class RateLimited(GatewayError):
 class QuotaExceeded(RateLimited):
     type = "insufficient_quota"
     code = "insufficient_quota"
+
+
+class ServiceUnavailable(GatewayError):
+    """A dependency of the gateway itself (not a provider) is unreachable; retry later."""
+
+    status = 503
+    type = "api_error"
+    code = "service_unavailable"
 
 
 class UpstreamError(GatewayError):

@@ -182,7 +182,9 @@ def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
 
 def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str) -> Any:
     if isinstance(node, dict):
-        return {k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        return {
+            k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k)) for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_substitute_env(v, environ, path, f"{where}[{i}]") for i, v in enumerate(node)]
     if isinstance(node, str):

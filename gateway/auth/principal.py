@@ -25,3 +25,27 @@ class Principal:
 
     def may_use_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+    def expired(self, now: float) -> bool:
+        """`now` is wall-clock unix seconds."""
+        return self.expires_at is not None and now >= self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """A stored key as authentication sees it: whom it names, and whether it may still be used."""
+
+    principal: Principal
+    revoked: bool = False
+    team_deleted: bool = False
+
+
+def intersect(key_list: list[str] | None, team_list: list[str] | None) -> frozenset[str] | None:
+    """The restriction both the key and its team impose; None when neither restricts."""
+    if key_list is None and team_list is None:
+        return None
+    if key_list is None:
+        return frozenset(team_list or ())
+    if team_list is None:
+        return frozenset(key_list)
+    return frozenset(key_list) & frozenset(team_list)

@@ -73,6 +73,8 @@ class UsageRecord(Base):
     cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
     usage_source: Mapped[str] = mapped_column(String(16))
     cost: Mapped[Decimal] = mapped_column(Money)
+    # what the request would have cost with no prompt caching; report "saving" = sum(this - cost)
+    uncached_cost: Mapped[Decimal] = mapped_column(Money, default=Decimal(0))
     latency_ms: Mapped[float] = mapped_column(Numeric(12, 3))
     ttft_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)

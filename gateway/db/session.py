@@ -6,9 +6,13 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-_ASYNC_DRIVERS = {"postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
 
 
 def async_url(url: str) -> str:
@@ -48,5 +52,5 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(target, pool_size=10, max_overflow=10, pool_pre_ping=True)
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker:  # type: ignore[type-arg]
+def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)

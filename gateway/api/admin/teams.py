@@ -1,0 +1,66 @@
+"""Admin endpoints for teams: /admin/teams."""
+
+from __future__ import annotations
+
+from litestar import Controller, Request, delete, get, patch, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery
+
+from gateway.api.admin.body import decode_body, page_params
+from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
+from gateway.api.admin.guards import admin_guard
+from gateway.api.admin.views import team_out
+from gateway.db import teams
+from gateway.schemas.admin import Page, TeamCreate, TeamOut, TeamUpdate
+
+
+class TeamController(Controller):
+    path = "/admin/teams"
+    tags = ["admin"]
+    guards = [admin_guard]
+    dependencies = ADMIN_DEPENDENCIES
+
+    @post("/", status_code=201)
+    async def create_team(self, request: Request, services: NamedDependency[AdminServices]) -> TeamOut:
+        spec = decode_body(await request.body(), TeamCreate)
+        async with services.sessions.begin() as session:
+            return team_out(await teams.create_team(session, spec))
+
+    @get("/")
+    async def list_teams(
+        self,
+        services: NamedDependency[AdminServices],
+        limit: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Page[TeamOut]:
+        size, after = page_params(limit, cursor)
+        async with services.sessions() as session:
+            rows, next_cursor = await teams.list_teams(session, limit=size, cursor=after)
+            return Page([team_out(team) for team in rows], next_cursor)
+
+    @get("/{team_id:str}")
+    async def get_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
+        async with services.sessions() as session:
+            return team_out(await teams.get_team(session, team_id))
+
+    @patch("/{team_id:str}")
+    async def update_team(
+        self, request: Request, services: NamedDependency[AdminServices], team_id: FromPath[str]
+    ) -> TeamOut:
+        patch_ = decode_body(await request.body(), TeamUpdate)
+        async with services.sessions.begin() as session:
+            out = team_out(await teams.update_team(session, team_id, patch_))
+            stale = await teams.live_key_hashes(session, team_id)
+        # After the commit: a process that reloads a key now sees the new limits.
+        for key_hash in stale:
+            await services.key_cache.invalidate(key_hash)
+        return out
+
+    @delete("/{team_id:str}", status_code=200)
+    async def delete_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
+        async with services.sessions.begin() as session:
+            team, revoked = await teams.delete_team(session, team_id)
+            out = team_out(team)
+        for key_hash in revoked:
+            await services.key_cache.invalidate(key_hash)
+        return out

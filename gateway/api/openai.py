@@ -1,0 +1,108 @@
+"""The OpenAI-compatible surface: thin handlers that parse, call the proxy service, serialize."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import msgspec
+import structlog
+from litestar import Request, Response, get, post
+from litestar.response import Stream
+
+from gateway.errors import ModelNotFound
+from gateway.providers.base import Endpoint
+from gateway.proxy.request import parse_request
+from gateway.proxy.service import ProxyContext
+from gateway.routing.deployment import Deployment
+from gateway.routing.directives import parse_directives
+from gateway.schemas.openai import Model, ModelList
+from gateway.services import Services, services_of
+
+log = structlog.get_logger("gateway.request")
+JSON = "application/json"
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def new_request_id() -> str:
+    return "req_" + os.urandom(12).hex()
+
+
+def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) -> dict[str, str]:
+    return {
+        "x-request-id": request_id,
+        "x-gateway-provider": deployment.provider.name,
+        "x-gateway-region": deployment.region,
+        "x-gateway-overhead-ms": f"{overhead_s * 1000:.3f}",
+    }
+
+
+async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
+    services = services_of(request)
+    request_id = request.state.request_id = new_request_id()
+    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+    request.state.principal = principal
+    parsed = parse_request(await request.body(), endpoint, services.settings.catalog.limits.max_messages)
+    directives = parse_directives(request.headers, parsed.gateway_object)
+    ctx = ProxyContext(request_id, principal, parsed, directives)
+    if parsed.stream:
+        stream = await services.proxy.open_stream(ctx)
+        overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+        headers = gateway_headers(request_id, stream.deployment, overhead) | SSE_HEADERS
+        return Stream(services.proxy.relay(ctx, stream), media_type="text/event-stream", headers=headers)
+    completed = await services.proxy.complete(ctx)
+    overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+    services.metrics.observe_overhead(overhead)
+    return Response(
+        completed.response.body,
+        media_type=JSON,
+        headers=gateway_headers(request_id, completed.deployment, overhead),
+    )
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request) -> Response[bytes] | Stream:
+    return await _proxy(request, Endpoint.CHAT)
+
+
+@post("/v1/completions", status_code=200)
+async def completions(request: Request) -> Response[bytes] | Stream:
+    return await _proxy(request, Endpoint.COMPLETIONS)
+
+
+@post("/v1/embeddings", status_code=200)
+async def embeddings(request: Request) -> Response[bytes]:
+    response = await _proxy(request, Endpoint.EMBEDDINGS)
+    assert not isinstance(response, Stream)
+    return response
+
+
+def _models_for(services: Services, request: Request) -> list[Model]:
+    principal = request.state.principal
+    created = int(services.started_at)
+    return [
+        Model(id=alias, created=created, owned_by=deployments[0].provider.name)
+        for alias, deployments in services.table.by_model.items()
+        if principal.may_use_model(alias)
+    ]
+
+
+@get("/v1/models")
+async def list_models(request: Request) -> Response[bytes]:
+    services = services_of(request)
+    request.state.principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+    return Response(msgspec.json.encode(ModelList(_models_for(services, request))), media_type=JSON)
+
+
+@get("/v1/models/{model_id:path}")
+async def get_model(request: Request, model_id: str) -> Response[bytes]:
+    services = services_of(request)
+    request.state.principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+    model_id = model_id.lstrip("/")
+    for model in _models_for(services, request):
+        if model.id == model_id:
+            return Response(msgspec.json.encode(model), media_type=JSON)
+    raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+
+
+OPENAI_HANDLERS = [chat_completions, completions, embeddings, list_models, get_model]

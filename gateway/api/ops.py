@@ -1,0 +1,77 @@
+"""Operations endpoints: liveness, readiness of each store, Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+from litestar import Request, Response, get
+from sqlalchemy import text
+
+from gateway.routing.pins import PinStoreUnavailable
+from gateway.services import Services, services_of
+
+JSON = "application/json"
+
+
+@get("/healthz", include_in_schema=True)
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+async def _database_ok(services: Services) -> str:
+    try:
+        async with asyncio.timeout(2.0), services.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any driver failure means "not ready"; the name is enough here
+        return f"unreachable ({type(exc).__name__})"
+    return "ok"
+
+
+async def _redis_ok(services: Services) -> str:
+    if services.redis is None:
+        return "not configured (in-process state)"
+    try:
+        async with asyncio.timeout(2.0):
+            await services.redis.ping()
+    except Exception as exc:
+        return f"unreachable ({type(exc).__name__})"
+    return "ok"
+
+
+@get("/readyz")
+async def readyz(request: Request) -> Response[bytes]:
+    services = services_of(request)
+    database, redis = await asyncio.gather(_database_ok(services), _redis_ok(services))
+    degraded = [
+        name
+        for name, flag in (
+            ("batch_pins", services.proxy.pins_degraded),
+            ("provider_health", getattr(services.health, "degraded", False)),
+        )
+        if flag
+    ]
+    report = {
+        "database": database,
+        "redis": redis,
+        "degraded": degraded,
+        "metering_backlog": await services.buffer.depth(),
+        "metering_last_error": services.writer.last_error,
+    }
+    ready = database == "ok" and redis in ("ok", "not configured (in-process state)")
+    report["status"] = "ready" if ready else "degraded"
+    return Response(msgspec.json.encode(report), media_type=JSON, status_code=200 if ready else 503)
+
+
+@get("/metrics")
+async def metrics(request: Request) -> Response[bytes]:
+    services = services_of(request)
+    services.metrics.open_circuits.set(len(services.health.open_circuits()))
+    services.metrics.metering_backlog.set(await services.buffer.depth())
+    with contextlib.suppress(PinStoreUnavailable):  # the gauge keeps its last value meanwhile
+        services.metrics.active_pins.set(await services.pins.active_count())
+    return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+OPS_HANDLERS = [healthz, readyz, metrics]

@@ -1,0 +1,19 @@
+"""Reading `Authorization: Bearer <token>`: the one place that parses the header."""
+
+from __future__ import annotations
+
+from gateway.errors import AuthenticationFailed
+
+MISSING = "Missing API key: send it as 'Authorization: Bearer <key>'."
+MALFORMED = "Malformed Authorization header: expected 'Bearer <key>'."
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of a Bearer header; 401 when the header is absent or not of that form."""
+    if header is None or not header.strip():
+        raise AuthenticationFailed(MISSING, code="missing_api_key")
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+        raise AuthenticationFailed(MALFORMED)
+    return token

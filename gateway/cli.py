@@ -1,0 +1,103 @@
+"""The `gateway` command: serve, migrate, check-config, teams, keys, usage, mock-upstream."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gateway.settings import ConfigError, Settings, load_settings
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        print(f"gateway: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.db.migrate import upgrade_head
+
+    settings = _settings()
+    if not args.no_migrate:
+        upgrade_head(settings.database_url)
+    workers = args.workers or settings.workers
+    uvicorn.run(
+        "gateway.asgi:app_factory",
+        factory=True,
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        workers=workers if workers > 1 else None,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+        server_header=False,
+    )
+    return 0
+
+
+def cmd_migrate(_: argparse.Namespace) -> int:
+    from gateway.db.migrate import upgrade_head
+
+    settings = _settings()
+    upgrade_head(settings.database_url)
+    print("database is at the latest migration")
+    return 0
+
+
+def cmd_check_config(_: argparse.Namespace) -> int:
+    settings = _settings()
+    catalog = settings.catalog
+    deployments = sum(len(m.deployments) for m in catalog.models)
+    print(
+        f"{settings.config_path}: ok ({len(catalog.providers)} providers, {len(catalog.models)} models, "
+        f"{deployments} deployments)"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from gateway.commands.keys import add_key_parsers
+    from gateway.commands.teams import add_team_parsers
+    from gateway.commands.usage import add_usage_parser
+    from gateway.mockupstream.server import add_mock_upstream_parser
+
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="An OpenAI-compatible LLM gateway for batches."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway (GATEWAY_* settings, GATEWAY_CONFIG catalog)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=None, help="worker processes (GATEWAY_WORKERS)")
+    serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+    serve.set_defaults(func=cmd_serve)
+
+    migrate = commands.add_parser("migrate", help="apply database migrations (Alembic upgrade head)")
+    migrate.set_defaults(func=cmd_migrate)
+
+    check = commands.add_parser("check-config", help="validate the configuration and exit")
+    check.set_defaults(func=cmd_check_config)
+
+    add_team_parsers(commands)
+    add_key_parsers(commands)
+    add_usage_parser(commands)
+    add_mock_upstream_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

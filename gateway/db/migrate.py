@@ -1,0 +1,66 @@
+"""Alembic, configured in code: `upgrade_head` brings a database to the newest schema.
+
+There is no alembic.ini: the script location is the repository's `migrations/` folder. On
+PostgreSQL the upgrade runs under an advisory lock, so gateway processes starting together
+migrate one after the other instead of racing to create the same tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+import gateway
+from gateway.db.session import async_url, create_engine
+
+# Any constant shared by every gateway process; "gateway migrate" in ASCII.
+MIGRATION_LOCK_KEY = 0x6761_7465_776D_6967
+
+
+def migrations_dir() -> Path:
+    return Path(gateway.__file__).resolve().parents[1] / "migrations"
+
+
+def alembic_config(database_url: str) -> Config:
+    """An Alembic Config for this database; `%` is doubled for ConfigParser interpolation."""
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", async_url(database_url).replace("%", "%%"))
+    return config
+
+
+def upgrade_head(database_url: str) -> None:
+    """Apply every migration not yet applied (for the CLI and other synchronous callers)."""
+    asyncio.run(upgrade_head_async(database_url))
+
+
+async def upgrade_head_async(database_url: str) -> None:
+    """`upgrade_head` for callers already inside an event loop (the app's start-up, tests)."""
+    config = alembic_config(database_url)
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            postgres = connection.dialect.name == "postgresql"
+            if postgres:
+                await connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+                await connection.commit()
+            try:
+                await connection.run_sync(_upgrade_on, config)
+            finally:
+                if postgres:
+                    await connection.execute(
+                        text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY}
+                    )
+                    await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+def _upgrade_on(connection: Connection, config: Config) -> None:
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")

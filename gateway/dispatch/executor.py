@@ -1,0 +1,273 @@
+"""The executor: the one owner of the pooled httpx clients. Sends, retries, streams.
+
+It asks a provider adapter to build each upstream request and to parse what comes back, maps
+every transport exception to a `gateway.errors.UpstreamError` at this boundary, retries
+retryable failures on the same deployment with backoff (honouring `Retry-After` up to a cap),
+and records each outcome on the health board.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from gateway.dispatch.sse import SSEDecoder
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.providers.base import ProviderAdapter, StreamTranslator, UpstreamCall, UpstreamResponse
+from gateway.providers.registry import adapter_for
+from gateway.routing.deployment import Deployment
+from gateway.routing.health import HealthBoard
+from gateway.routing.policy import rendezvous_pick
+from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
+
+MOCK_BASE_URL = "http://mock.invalid/v1"
+
+
+@dataclass(slots=True)
+class Attempts:
+    """What happened while sending one request: counted for logs, metering and headers."""
+
+    count: int = 0
+    upstream_s: float = 0.0  # time spent waiting on the upstream (the gateway's overhead excludes it)
+    ttft_s: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OpenStream:
+    """An upstream stream that has produced its first frames; iterate `frames()` to relay it."""
+
+    deployment: Deployment
+    translator: StreamTranslator
+    response: httpx.Response
+    first_frames: list[bytes]
+    decoder: SSEDecoder
+    chunks: AsyncIterator[bytes]
+    frames_sent: int = 0
+    finished: bool = False
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        """The rest of the stream as OpenAI SSE frames; errors after the first byte end it in-band."""
+        try:
+            for frame in self.first_frames:
+                self.frames_sent += 1
+                yield frame
+            async for chunk in self.chunks:
+                for data in self.decoder.feed(chunk):
+                    for frame in self.translator.feed(data):
+                        self.frames_sent += 1
+                        yield frame
+            for data in self.decoder.close():
+                for frame in self.translator.feed(data):
+                    yield frame
+            for frame in self.translator.finish():
+                yield frame
+            self.finished = True
+        finally:
+            await self.response.aclose()
+
+
+class Executor:
+    def __init__(self, catalog: Catalog, health: HealthBoard, rng: random.Random | None = None) -> None:
+        self._retry = catalog.retry
+        self._max_response = catalog.limits.max_upstream_response_bytes
+        self._health = health
+        self._rng = rng or random.Random()
+        self._round_robin = {p.name: itertools.cycle(p.urls or (MOCK_BASE_URL,)) for p in catalog.providers}
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=60),
+            follow_redirects=False,
+        )
+        self._mock_client: httpx.AsyncClient | None = None
+        if any(p.kind is ProviderKind.MOCK for p in catalog.providers):
+            from gateway.mockupstream.behaviour import MockBehaviour
+            from gateway.mockupstream.transport import InProcessMockTransport
+
+            self._mock_client = httpx.AsyncClient(transport=InProcessMockTransport(MockBehaviour()))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        if self._mock_client is not None:
+            await self._mock_client.aclose()
+
+    def _client_for(self, provider: Provider) -> httpx.AsyncClient:
+        if provider.kind is ProviderKind.MOCK and self._mock_client is not None:
+            return self._mock_client
+        return self._client
+
+    def _base_url(self, provider: Provider, cache_key: str | None) -> str:
+        urls = provider.urls or (MOCK_BASE_URL,)
+        if len(urls) == 1:
+            return urls[0]
+        if cache_key is not None:
+            return rendezvous_pick(cache_key, urls)  # replica affinity keeps a prefix cache warm
+        return next(self._round_robin[provider.name])
+
+    def _build(self, deployment: Deployment, call: UpstreamCall) -> tuple[ProviderAdapter, httpx.Request]:
+        provider = deployment.provider
+        adapter = adapter_for(provider.kind)
+        upstream = adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
+        timeout = httpx.Timeout(provider.timeout_s, connect=provider.connect_timeout_s)
+        request = self._client_for(provider).build_request(
+            upstream.method,
+            upstream.url,
+            headers=upstream.headers,
+            content=upstream.content,
+            timeout=timeout,
+        )
+        return adapter, request
+
+    async def send(
+        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+    ) -> UpstreamResponse:
+        """A non-streaming request, retried on this deployment while the failure allows."""
+        adapter, request = self._build(deployment, call)
+        client = self._client_for(deployment.provider)
+        for attempt in range(1, max_attempts + 1):
+            attempts.count += 1
+            started = time.perf_counter()
+            self._health.in_flight[deployment.id] = self._health.in_flight.get(deployment.id, 0) + 1
+            try:
+                body = await self._exchange(client, request, adapter)
+                parsed = adapter.parse_response(call, body)
+            except UpstreamError as exc:
+                attempts.upstream_s += time.perf_counter() - started
+                attempts.errors.append(exc.code or exc.type)
+                await self._on_failure(deployment, exc)
+                if not exc.retryable or attempt == max_attempts:
+                    raise
+                await asyncio.sleep(self._backoff(attempt, exc))
+                continue
+            finally:
+                self._health.in_flight[deployment.id] -= 1
+            attempts.upstream_s += time.perf_counter() - started
+            attempts.ttft_s = time.perf_counter() - started
+            await self._health.record_success(deployment.id)
+            return parsed
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _exchange(
+        self, client: httpx.AsyncClient, request: httpx.Request, adapter: ProviderAdapter
+    ) -> bytes:
+        with map_transport_errors():
+            response = await client.send(request, stream=True)
+            try:
+                body = await self._read_capped(response)
+            finally:
+                await response.aclose()
+        if response.status_code >= 400:
+            raise adapter.classify_error(response.status_code, body, response.headers)
+        return body
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self._max_response:
+                raise UpstreamError(
+                    "The upstream response exceeds the gateway's size limit", code="upstream_too_large"
+                )
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def open_stream(
+        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+    ) -> OpenStream:
+        """Start a stream and read it up to its first frames; failures before then may be retried."""
+        adapter, request = self._build(deployment, call)
+        client = self._client_for(deployment.provider)
+        for attempt in range(1, max_attempts + 1):
+            attempts.count += 1
+            started = time.perf_counter()
+            try:
+                stream = await self._first_frames(client, request, adapter, deployment, call)
+            except UpstreamError as exc:
+                attempts.upstream_s += time.perf_counter() - started
+                attempts.errors.append(exc.code or exc.type)
+                await self._on_failure(deployment, exc)
+                if not exc.retryable or attempt == max_attempts:
+                    raise
+                await asyncio.sleep(self._backoff(attempt, exc))
+                continue
+            attempts.upstream_s += time.perf_counter() - started
+            attempts.ttft_s = attempts.upstream_s
+            await self._health.record_success(deployment.id)
+            return stream
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _first_frames(
+        self,
+        client: httpx.AsyncClient,
+        request: httpx.Request,
+        adapter: ProviderAdapter,
+        deployment: Deployment,
+        call: UpstreamCall,
+    ) -> OpenStream:
+        with map_transport_errors():
+            response = await client.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                with map_transport_errors():
+                    body = await self._read_capped(response)
+                raise adapter.classify_error(response.status_code, body, response.headers)
+            translator = adapter.stream_translator(call)
+            decoder = SSEDecoder()
+            chunks = mapped_chunks(response.aiter_bytes())
+            frames: list[bytes] = []
+            while not frames:
+                chunk = await anext(chunks, None)
+                if chunk is None:
+                    for data in decoder.close():
+                        frames.extend(translator.feed(data))
+                    frames.extend(translator.finish())
+                    break
+                for data in decoder.feed(chunk):
+                    frames.extend(translator.feed(data))
+            return OpenStream(deployment, translator, response, frames, decoder, chunks)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def _on_failure(self, deployment: Deployment, exc: UpstreamError) -> None:
+        if exc.retryable:
+            await self._health.record_failure(deployment.id)
+
+    def _backoff(self, attempt: int, exc: UpstreamError) -> float:
+        if exc.retry_after_s is not None:
+            return min(exc.retry_after_s, self._retry.retry_after_cap_s)
+        return backoff_delay(self._retry, attempt, self._rng)
+
+
+def backoff_delay(retry: RetrySettings, attempt: int, rng: random.Random) -> float:
+    """Exponential backoff with full jitter between half and all of the step."""
+    step = min(retry.backoff_max_s, retry.backoff_base_s * 2.0 ** (attempt - 1))
+    return float(step * (0.5 + rng.random() / 2))
+
+
+async def mapped_chunks(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    with map_transport_errors():
+        async for chunk in raw:
+            yield chunk
+
+
+class map_transport_errors:
+    """Translate httpx's exceptions into the gateway's own, so nothing above knows httpx."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or not isinstance(exc, httpx.HTTPError):
+            return
+        if isinstance(exc, httpx.TimeoutException):
+            raise UpstreamTimeout("The upstream did not answer in time") from exc
+        if isinstance(exc, httpx.ConnectError):
+            raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
+        raise UpstreamError(f"The upstream connection failed ({type(exc).__name__})") from exc

@@ -1,0 +1,166 @@
+"""The usage buffer on a Redis stream, shared by every gateway process.
+
+Each event is one stream entry (its msgspec JSON in the `event` field). Writers read through one
+consumer group, so each entry goes to one writer; an entry is acked and deleted only after its
+record is committed. Entries a dead writer left pending are taken over with XAUTOCLAIM. The stream
+is never trimmed by length (that would drop unwritten records): `append` refuses new events with
+MeteringBacklogFull once `maxlen` entries are waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from gateway.metering.buffer import MeteringBacklogFull
+from gateway.metering.events import UsageEvent
+
+EVENT_FIELD = b"event"
+
+
+def unique_consumer_name() -> str:
+    """host-pid-random: distinct for every writer process, readable in XINFO CONSUMERS."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class RedisStreamBuffer:
+    def __init__(
+        self,
+        redis: Redis,
+        stream: str = "gateway:usage",
+        group: str = "writers",
+        consumer: str | None = None,
+        maxlen: int = 1_000_000,
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.redis = redis
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer or unique_consumer_name()
+        self.maxlen = maxlen
+        self._log = logger or structlog.get_logger("gateway.metering")
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(UsageEvent)
+        self._group_ready = False
+
+    async def append(self, event: UsageEvent) -> None:
+        # One round trip: length before, then the entry; over the bound, the entry is taken back.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(self.stream)
+            pipe.xadd(self.stream, {EVENT_FIELD: self._encoder.encode(event)})
+            length, entry_id = await pipe.execute()
+        if length >= self.maxlen:
+            await self.redis.xdel(self.stream, entry_id)
+            raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
+
+    async def read(self, max_count: int, block_ms: int) -> list[tuple[str, UsageEvent]]:
+        response = await self._group_call(
+            self.redis.xreadgroup,
+            self.group,
+            self.consumer,
+            {self.stream: ">"},
+            count=max_count,
+            block=block_ms if block_ms > 0 else None,  # BLOCK 0 would wait forever
+        )
+        return await self._decode(_stream_entries(response))
+
+    async def ack(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(self.stream, self.group, *ids)
+            pipe.xdel(self.stream, *ids)
+            await pipe.execute()
+
+    async def depth(self) -> int:
+        return int(await self.redis.xlen(self.stream))
+
+    async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:
+        claimed: list[tuple[Any, Any]] = []
+        start: Any = "0-0"
+        while len(claimed) < max_count:
+            response = await self._group_call(
+                self.redis.xautoclaim,
+                self.stream,
+                self.group,
+                self.consumer,
+                min_idle_time=min_idle_ms,
+                start_id=start,
+                count=max_count - len(claimed),
+            )
+            start, entries = response[0], response[1]
+            claimed.extend(entries)
+            if _text(start) == "0-0":
+                break
+        return await self._decode(claimed)
+
+    async def _group_call(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a consumer-group command, creating the group first (and again if the stream vanished)."""
+        if not self._group_ready:
+            await self._create_group()
+        try:
+            return await command(*args, **kwargs)
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+        await self._create_group()
+        return await command(*args, **kwargs)
+
+    async def _create_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def _decode(self, entries: Sequence[tuple[Any, Any]]) -> list[tuple[str, UsageEvent]]:
+        """Decode entries; ones deleted or unreadable are acked away so they cannot jam the writer."""
+        events: list[tuple[str, UsageEvent]] = []
+        unusable: list[str] = []
+        for raw_id, fields in entries:
+            if raw_id is None:
+                continue
+            entry_id = _text(raw_id)
+            payload = _event_payload(fields)
+            try:
+                if payload is None:
+                    raise msgspec.DecodeError("no event field")
+                events.append((entry_id, self._decoder.decode(payload)))
+            except msgspec.DecodeError:
+                unusable.append(entry_id)
+        if unusable:
+            self._log.error("usage_entries_unreadable", stream=self.stream, ids=unusable)
+            await self.ack(unusable)
+        return events
+
+
+def _stream_entries(response: Any) -> list[tuple[Any, Any]]:
+    """The entries of the one stream read, whichever reply shape (RESP2/RESP3) the client uses."""
+    if not response:
+        return []
+    entries = next(iter(response.values())) if isinstance(response, dict) else response[0][1]
+    if entries and isinstance(entries[0], list):  # RESP3's legacy shape wraps them once more
+        entries = entries[0]
+    return list(entries or [])
+
+
+def _event_payload(fields: Any) -> bytes | str | None:
+    if not fields:
+        return None
+    value = fields.get(EVENT_FIELD)
+    if value is None:
+        value = fields.get(EVENT_FIELD.decode())
+    return value  # type: ignore[no-any-return]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,274 @@
+"""Usage reports computed from `usage_records`: grouped totals, raw records page by page, batch totals.
+
+Used by the admin API, `/v1/gateway/usage`, the batch endpoint and `gateway usage`. Money stays
+`Decimal` end to end; on SQLite, where NUMERIC is stored as a double, money is summed as whole
+units of 1e-10 USD (the column's scale), which is exact.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Literal, get_args
+
+import msgspec
+from sqlalchemy import ColumnElement, Integer, Table, and_, cast, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.models import UsageRecord
+from gateway.errors import InvalidRequest
+from gateway.metering.pricing import money_str
+
+GroupField = Literal["team", "key", "model", "provider", "region", "batch", "day"]
+GROUP_FIELDS: tuple[GroupField, ...] = get_args(GroupField)
+# The name each group-by field has as a column of usage_records and in a UsageRow.
+ROW_FIELD: dict[GroupField, str] = {
+    "team": "team_id",
+    "key": "key_id",
+    "model": "model",
+    "provider": "provider",
+    "region": "region",
+    "batch": "batch_id",
+    "day": "day",
+}
+TOTAL_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
+MONEY_SCALE = 10  # usage_records money columns are NUMERIC(20, 10)
+
+_records: Table = UsageRecord.__table__  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """Which records a report covers (start inclusive, end exclusive) and how it groups them."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    group_by: tuple[GroupField, ...] = ()
+    team_id: str | None = None
+    key_id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    batch: str | None = None
+
+
+class UsageRow(msgspec.Struct, kw_only=True):
+    """One report line: its group-by fields (None when not grouped by) and exact totals."""
+
+    team_id: str | None = None
+    key_id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    region: str | None = None
+    batch_id: str | None = None
+    day: str | None = None  # YYYY-MM-DD, UTC
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    saving: Decimal = Decimal(0)  # what prompt caching saved: uncached cost minus cost
+
+
+class UsageEventRow(msgspec.Struct, kw_only=True):
+    """One usage record as stored."""
+
+    request_id: str
+    created_at: datetime
+    team_id: str
+    key_id: str
+    model: str
+    provider: str
+    region: str
+    deployment: str
+    upstream_model: str
+    endpoint: str
+    batch_id: str | None
+    status: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    usage_source: str
+    cost: Decimal
+    uncached_cost: Decimal
+    latency_ms: float
+    ttft_ms: float | None
+    error_code: str | None
+
+
+class BatchTotals(msgspec.Struct, kw_only=True):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+
+def parse_group_by(text: str | None) -> tuple[GroupField, ...]:
+    """`"team,day"` -> ("team", "day"); unknown names are a 400 naming what exists."""
+    fields: list[GroupField] = []
+    for name in (text or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name not in GROUP_FIELDS:
+            raise InvalidRequest(
+                f"unknown group_by field {name!r}; use any of {', '.join(GROUP_FIELDS)}", param="group_by"
+            )
+        if name not in fields:
+            fields.append(name)
+    return tuple(fields)
+
+
+async def usage_report(session: AsyncSession, query: UsageQuery) -> list[UsageRow]:
+    """Totals per group, ordered by the group-by fields (no group_by: one row of grand totals)."""
+    dialect = session.get_bind().dialect.name
+    groups = [_group_column(field, dialect) for field in query.group_by]
+    statement = select(*groups, *_totals(dialect)).where(*_conditions(query))
+    if groups:
+        statement = statement.group_by(*groups).order_by(*(group.asc().nulls_first() for group in groups))
+    result = await session.execute(statement)
+    return [_usage_row(row, query.group_by, dialect) for row in result.mappings()]
+
+
+async def batch_totals(
+    session: AsyncSession, team_id: str, batch_id: str, since: datetime | None
+) -> BatchTotals:
+    """What a batch has used so far (since its current pin was made, when `since` is given)."""
+    query = UsageQuery(start=since, team_id=team_id, batch=batch_id)
+    (row,) = await usage_report(session, query)
+    return BatchTotals(**{name: getattr(row, name) for name in (*TOTAL_FIELDS, "cost")})
+
+
+async def usage_events(
+    session: AsyncSession, query: UsageQuery, cursor: str | None, limit: int
+) -> tuple[list[UsageEventRow], str | None]:
+    """Records in (created_at, request_id) order, `limit` at a time; the cursor resumes after a page."""
+    if limit < 1:
+        raise InvalidRequest("limit must be at least 1", param="limit")
+    conditions = _conditions(query)
+    if cursor is not None:
+        after_time, after_id = decode_cursor(cursor)
+        created, request_id = _records.c.created_at, _records.c.request_id
+        conditions.append(or_(created > after_time, and_(created == after_time, request_id > after_id)))
+    statement = (
+        select(_records)
+        .where(*conditions)
+        .order_by(_records.c.created_at, _records.c.request_id)
+        .limit(limit + 1)
+    )
+    rows = [_event_row(row) for row in (await session.execute(statement)).mappings()]
+    if len(rows) <= limit:
+        return rows, None
+    page = rows[:limit]
+    return page, encode_cursor(page[-1].created_at, page[-1].request_id)
+
+
+def report_csv(rows: Sequence[UsageRow], group_by: Sequence[GroupField] | None = None) -> str:
+    """The report as CSV: the group-by columns (all of them when not said), totals, cost, saving."""
+    group_columns = [ROW_FIELD[field] for field in (GROUP_FIELDS if group_by is None else group_by)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*group_columns, *TOTAL_FIELDS, "cost", "saving"])
+    for row in rows:
+        groups = [getattr(row, column) or "" for column in group_columns]
+        totals = [getattr(row, column) for column in TOTAL_FIELDS]
+        writer.writerow([*groups, *totals, money_str(row.cost), money_str(row.saving)])
+    return out.getvalue()
+
+
+def encode_cursor(created_at: datetime, request_id: str) -> str:
+    payload = msgspec.json.encode([created_at.astimezone(UTC).isoformat(), request_id])
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        payload = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, request_id = msgspec.json.decode(payload, type=tuple[datetime, str])
+    except (binascii.Error, ValueError, msgspec.DecodeError):
+        raise InvalidRequest("cursor is not one this API returned", param="cursor") from None
+    return _as_utc(created_at), request_id
+
+
+def _conditions(query: UsageQuery) -> list[ColumnElement[bool]]:
+    c = _records.c
+    conditions: list[ColumnElement[bool]] = []
+    if query.start is not None:
+        conditions.append(c.created_at >= _as_utc(query.start))
+    if query.end is not None:
+        conditions.append(c.created_at < _as_utc(query.end))
+    for column, wanted in (
+        (c.team_id, query.team_id),
+        (c.key_id, query.key_id),
+        (c.model, query.model),
+        (c.provider, query.provider),
+        (c.batch_id, query.batch),
+    ):
+        if wanted is not None:
+            conditions.append(column == wanted)
+    return conditions
+
+
+def _group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
+    if field != "day":
+        return _records.c[ROW_FIELD[field]].label(ROW_FIELD[field])
+    created = _records.c.created_at
+    if dialect == "postgresql":
+        return func.to_char(func.timezone("UTC", created), "YYYY-MM-DD").label("day")
+    return func.date(created).label("day")  # SQLite stores the UTC wall time as text
+
+
+def _totals(dialect: str) -> list[ColumnElement[Any]]:
+    c = _records.c
+    tokens = [func.coalesce(func.sum(c[name]), 0).label(name) for name in TOTAL_FIELDS[1:]]
+    return [
+        func.count().label("requests"),
+        *tokens,
+        _money_sum(c.cost, dialect).label("cost"),
+        _money_sum(c.uncached_cost, dialect).label("uncached_cost"),
+    ]
+
+
+def _money_sum(column: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
+    if dialect == "sqlite":  # a double per row: round each to whole 1e-10 USD units, sum integers
+        units = cast(func.round(column * 10**MONEY_SCALE), Integer)
+        return func.coalesce(func.sum(units), 0)
+    return func.coalesce(func.sum(column), 0)
+
+
+def _money(value: Any, dialect: str) -> Decimal:
+    if dialect == "sqlite":
+        return Decimal(int(value)).scaleb(-MONEY_SCALE)
+    return Decimal(value)
+
+
+def _usage_row(row: Any, group_by: tuple[GroupField, ...], dialect: str) -> UsageRow:
+    cost = _money(row["cost"], dialect)
+    values: dict[str, Any] = {ROW_FIELD[field]: row[ROW_FIELD[field]] for field in group_by}
+    values.update({name: int(row[name]) for name in TOTAL_FIELDS})
+    return UsageRow(**values, cost=cost, saving=_money(row["uncached_cost"], dialect) - cost)
+
+
+def _event_row(row: Any) -> UsageEventRow:
+    values = dict(row)
+    values["created_at"] = _as_utc(values["created_at"])
+    values["latency_ms"] = float(values["latency_ms"])
+    if values["ttft_ms"] is not None:
+        values["ttft_ms"] = float(values["ttft_ms"])
+    return UsageEventRow(**values)
+
+
+def _as_utc(moment: datetime) -> datetime:
+    """Aware UTC; a naive datetime (SQLite gives those back) is taken to be UTC already."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

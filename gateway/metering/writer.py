@@ -1,0 +1,204 @@
+"""The usage writer: moves events from the buffer into `usage_records`, in bulk and idempotently.
+
+Entries are acked only after their rows are committed; `ON CONFLICT (request_id) DO NOTHING`
+makes a retried or re-claimed batch harmless. While the database is down the writer keeps its
+batch, backs off (capped, exponential) and tries again; nothing is acked, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import structlog
+from sqlalchemy import Insert, Table
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.db.models import UsageRecord
+from gateway.metering.buffer import UsageBuffer
+from gateway.metering.events import UsageEvent
+
+# Errors the same rows would raise again on every retry: such a batch is split to find the culprit.
+_REJECTED = (DataError, IntegrityError)
+_MILLISECONDS = Decimal("0.001")
+
+
+class UsageWriter:
+    def __init__(
+        self,
+        buffer: UsageBuffer,
+        session_factory: async_sessionmaker[AsyncSession],
+        batch_size: int = 1000,
+        flush_interval_s: float = 0.2,
+        logger: structlog.typing.FilteringBoundLogger | None = None,
+        *,
+        reclaim_idle_ms: int = 60_000,
+        reclaim_interval_s: float = 30.0,
+        backoff_base_s: float = 0.1,
+        backoff_max_s: float = 10.0,
+    ) -> None:
+        self.buffer = buffer
+        self.session_factory = session_factory
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.reclaim_idle_ms = reclaim_idle_ms
+        self.reclaim_interval_s = reclaim_interval_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.records_written = 0  # committed (a duplicate of an existing record counts too)
+        self.records_rejected = 0  # refused by the database for their contents, then dropped
+        self.last_error: str | None = None  # None once a write succeeds again; for /readyz
+        self._log = logger or structlog.get_logger("gateway.metering")
+        self._stopping = asyncio.Event()
+        self._run_task: asyncio.Task[None] | None = None
+        self._next_reclaim = 0.0  # monotonic; the first cycle takes over what a dead writer left
+
+    async def run(self) -> None:
+        """Write until `stop`: read a batch (waiting up to flush_interval_s), persist it, repeat."""
+        self._run_task = asyncio.current_task()
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self._cycle(block_ms=max(int(self.flush_interval_s * 1000), 1))
+                failures = 0
+            except Exception as exc:  # the buffer itself (Redis) is unreachable: wait, go on
+                failures += 1
+                self._note_error("usage_buffer_unavailable", exc, attempt=failures)
+                await asyncio.sleep(self._backoff(failures))
+
+    async def stop(self, drain_timeout_s: float) -> None:
+        """Stop `run`, then write what is still buffered; give up (entries stay unacked) at the timeout."""
+        self._stopping.set()
+        task = self._run_task
+        try:
+            async with asyncio.timeout(drain_timeout_s):
+                if task is not None and task is not asyncio.current_task():
+                    await asyncio.wait({task})
+                await self.flush()
+        except TimeoutError:
+            if task is not None:
+                task.cancel()
+            self._log.warning("usage_writer_drain_timeout", timeout_s=drain_timeout_s)
+
+    async def flush(self) -> None:
+        """Write everything buffered right now (tests, shutdown)."""
+        while await self._cycle(block_ms=0):
+            pass
+
+    async def _cycle(self, block_ms: int) -> int:
+        entries = await self._reclaim_if_due()
+        if not entries:
+            entries = await self.buffer.read(self.batch_size, block_ms)
+        if entries:
+            await self._persist(entries)
+        return len(entries)
+
+    async def _reclaim_if_due(self) -> list[tuple[str, UsageEvent]]:
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return []
+        self._next_reclaim = now + self.reclaim_interval_s
+        entries = await self.buffer.reclaim(self.reclaim_idle_ms, self.batch_size)
+        if entries:
+            self._log.info("usage_entries_reclaimed", count=len(entries))
+        return entries
+
+    async def _persist(self, entries: list[tuple[str, UsageEvent]]) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._insert([event for _, event in entries])
+                break
+            except _REJECTED as exc:
+                await self._persist_apart(entries, exc)
+                return
+            except Exception as exc:  # the database is down or busy: keep the batch, retry
+                failures += 1
+                self._note_error("usage_write_failed", exc, records=len(entries), attempt=failures)
+                await asyncio.sleep(self._backoff(failures))
+        await self.buffer.ack([entry_id for entry_id, _ in entries])
+        self.records_written += len(entries)
+        self.last_error = None
+
+    async def _persist_apart(self, entries: list[tuple[str, UsageEvent]], exc: Exception) -> None:
+        """Halve a batch the database refused until the refused record is alone; drop that one."""
+        if len(entries) > 1:
+            middle = len(entries) // 2
+            await self._persist(entries[:middle])
+            await self._persist(entries[middle:])
+            return
+        entry_id, event = entries[0]
+        self._note_error("usage_record_rejected", exc, request_id=event.request_id)
+        await self.buffer.ack([entry_id])
+        self.records_rejected += 1
+
+    async def _insert(self, events: list[UsageEvent]) -> None:
+        async with self.session_factory() as session:
+            statement = _insert_ignoring_duplicates(session.get_bind().dialect.name)
+            await session.execute(statement, [record_row(event) for event in events])
+            await session.commit()
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(self.backoff_base_s * 2 ** (failures - 1), self.backoff_max_s))
+
+    def _note_error(self, event: str, exc: Exception, **fields: Any) -> None:
+        # Only the error's class names: a DBAPI error's text would carry the record's values.
+        self.last_error = describe_error(exc)
+        self._log.warning(event, error=self.last_error, **fields)
+
+
+def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
+    table: Table = UsageRecord.__table__  # type: ignore[assignment]
+    if dialect_name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+    if dialect_name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+    raise RuntimeError(f"usage records cannot be written to a {dialect_name} database")
+
+
+def record_row(event: UsageEvent) -> dict[str, object]:
+    """The usage_records row for one event (time as an aware UTC datetime)."""
+    return {
+        "request_id": event.request_id,
+        "created_at": datetime.fromtimestamp(event.created_at, UTC),
+        "team_id": event.team_id,
+        "key_id": event.key_id,
+        "model": event.model,
+        "provider": event.provider,
+        "region": event.region,
+        "deployment": event.deployment,
+        "upstream_model": event.upstream_model,
+        "endpoint": event.endpoint,
+        "batch_id": event.batch_id,
+        "status": event.status,
+        "prompt_tokens": event.prompt_tokens,
+        "completion_tokens": event.completion_tokens,
+        "cached_tokens": event.cached_tokens,
+        "cache_write_tokens": event.cache_write_tokens,
+        "usage_source": event.usage_source.value,
+        "cost": event.cost,
+        "uncached_cost": event.uncached_cost,
+        "latency_ms": _milliseconds(event.latency_ms),
+        "ttft_ms": None if event.ttft_ms is None else _milliseconds(event.ttft_ms),
+        "error_code": event.error_code,
+    }
+
+
+def _milliseconds(value: float) -> Decimal:
+    if not math.isfinite(value):
+        return Decimal(0)
+    return Decimal(repr(value)).quantize(_MILLISECONDS)
+
+
+def describe_error(exc: BaseException) -> str:
+    """`OperationalError (ConnectionRefusedError)`: the kind of failure, never its parameters."""
+    original = getattr(exc, "orig", None)
+    if original is None:
+        return type(exc).__name__
+    return f"{type(exc).__name__} ({type(original).__name__})"

@@ -1,0 +1,76 @@
+"""How the mock upstream behaves: `MockBehaviour`, and merging per-request overrides into it.
+
+Precedence, lowest to highest: CLI flags, `PUT /_mock/behaviour`, the `x-mock-behaviour` header,
+the body's `"mock"` object. Overrides are partial: only the fields they name change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every knob of the fake provider; the defaults answer quickly and successfully."""
+
+    latency_ms: NonNegative = 0.0  # before the first byte
+    chunk_delay_ms: NonNegative = 0.0  # between stream frames
+    chunks: Annotated[int, msgspec.Meta(ge=1)] = 4  # content chunks in a stream
+    prompt_tokens: Count | None = None  # None: counted from the request text
+    completion_tokens: Count = 16  # capped by max_tokens / max_completion_tokens
+    cached_tokens: Count | None = None  # None: a hit when the cache prefix was seen before
+    fail_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    fail_status: Annotated[int, msgspec.Meta(ge=400, le=599)] = 500
+    retry_after: NonNegative | None = None  # seconds, sent as `retry-after` with a failure
+    fail_after_chunks: Count | None = None  # stream: drop the connection after N SSE frames
+    garbage: bool = False  # answer 200 with a body that is not JSON
+    hang: bool = False  # never answer
+    omit_usage: bool = False
+    seed: int = 0  # seeds the random source that decides `fail_rate`
+
+
+class BehaviourError(ValueError):
+    """An override or a replacement behaviour that does not validate."""
+
+
+def decode_behaviour(raw: bytes) -> MockBehaviour:
+    """A whole behaviour from JSON (`PUT /_mock/behaviour`): missing fields take their defaults."""
+    try:
+        return msgspec.json.decode(raw or b"{}", type=MockBehaviour)
+    except msgspec.ValidationError as exc:
+        raise BehaviourError(f"invalid mock behaviour: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise BehaviourError("mock behaviour must be a JSON object") from exc
+
+
+def with_overrides(base: MockBehaviour, overrides: Any) -> MockBehaviour:
+    """`base` with the fields named in `overrides` (a dict from a header or the body) replaced."""
+    if overrides is None:
+        return base
+    if not isinstance(overrides, dict):
+        raise BehaviourError("mock behaviour overrides must be a JSON object")
+    if not overrides:
+        return base
+    merged = msgspec.structs.asdict(base) | overrides
+    try:
+        return msgspec.convert(merged, MockBehaviour)
+    except msgspec.ValidationError as exc:
+        raise BehaviourError(f"invalid mock behaviour: {exc}") from exc
+
+
+def header_overrides(value: str | None) -> Any:
+    """Parse the `x-mock-behaviour` header (JSON), or None when it is absent."""
+    if not value:
+        return None
+    try:
+        return msgspec.json.decode(value)
+    except msgspec.DecodeError as exc:
+        raise BehaviourError("x-mock-behaviour must be a JSON object") from exc
+
+
+def encode_behaviour(behaviour: MockBehaviour) -> bytes:
+    return msgspec.json.encode(behaviour)

@@ -1,0 +1,94 @@
+"""Which mock endpoint a method and path name, and the minimal request checks each endpoint makes.
+
+Paths are matched on their suffix, so the mock answers under any base URL prefix
+(`http://mock/v1/chat/completions`, `http://mock/eu/v1/chat/completions`...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import parse_qs
+
+
+class Api(StrEnum):
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class Operation(StrEnum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
+    MODELS = "models"
+    MODEL = "model"
+    MESSAGES = "messages"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    api: Api
+    operation: Operation
+    deployment: str | None = None  # Azure: the deployment named in the path
+    model_id: str | None = None  # GET /models/{id}
+
+
+_AZURE = re.compile(r"/openai/deployments/([^/]+)/(chat/completions|completions|embeddings)$")
+_POST_SUFFIXES = (
+    ("/chat/completions", Api.OPENAI, Operation.CHAT),
+    ("/completions", Api.OPENAI, Operation.COMPLETIONS),
+    ("/embeddings", Api.OPENAI, Operation.EMBEDDINGS),
+    ("/messages", Api.ANTHROPIC, Operation.MESSAGES),
+)
+_MODEL = re.compile(r"/models/([^/]+)$")
+_AZURE_OPERATIONS = {"chat/completions": Operation.CHAT, "completions": Operation.COMPLETIONS,
+                     "embeddings": Operation.EMBEDDINGS}  # fmt: skip
+
+
+def api_of_path(path: str) -> Api:
+    """The API whose error format a path expects (for errors before a route is known)."""
+    return Api.ANTHROPIC if path.endswith("/messages") else Api.OPENAI
+
+
+def match_route(method: str, path: str) -> Route | None:
+    if method == "POST":
+        azure = _AZURE.search(path)
+        if azure:
+            return Route(Api.OPENAI, _AZURE_OPERATIONS[azure.group(2)], deployment=azure.group(1))
+        for suffix, api, operation in _POST_SUFFIXES:
+            if path.endswith(suffix):
+                return Route(api, operation)
+    if method == "GET":
+        if path.endswith("/models"):
+            return Route(Api.OPENAI, Operation.MODELS)
+        model = _MODEL.search(path)
+        if model:
+            return Route(Api.OPENAI, Operation.MODEL, model_id=model.group(1))
+    return None
+
+
+def has_api_version(query: str) -> bool:
+    return bool(parse_qs(query).get("api-version"))
+
+
+def request_problem(route: Route, body: Any) -> str | None:
+    """Why the body is not a valid request for the route, or None when it is."""
+    if route.operation in (Operation.MODELS, Operation.MODEL):
+        return None
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    if route.deployment is None and not isinstance(body.get("model"), str):
+        return "you must provide a model parameter"
+    required = {
+        Operation.CHAT: ("messages", list),
+        Operation.COMPLETIONS: ("prompt", str | list),
+        Operation.EMBEDDINGS: ("input", str | list),
+        Operation.MESSAGES: ("messages", list),
+    }[route.operation]
+    if not isinstance(body.get(required[0]), required[1]):
+        return f"'{required[0]}' is a required property"
+    if route.operation is Operation.MESSAGES and not isinstance(body.get("max_tokens"), int):
+        return "max_tokens: Field required"
+    return None

@@ -1,0 +1,111 @@
+"""Translate Anthropic Messages API responses, usage and errors into OpenAI terms.
+
+Anthropic's `input_tokens` excludes cache reads and writes; the OpenAI-format `prompt_tokens` is
+the sum of all three, with the cache reads reported as `cached_tokens` (SPEC section 4).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamUnavailable
+from gateway.providers.anthropic_wire import ErrorObject, MessagesResponse, Usage
+from gateway.providers.base import TokenUsage, UpstreamResponse
+from gateway.providers.chat_output import (
+    ChatCompletion,
+    Choice,
+    CompletionUsage,
+    FinishReason,
+    FunctionCall,
+    ResponseMessage,
+    ToolCall,
+)
+from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response
+
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+class _ErrorEnvelope(msgspec.Struct):
+    error: ErrorObject | None = None
+
+
+def finish_reason(stop_reason: str | None) -> FinishReason:
+    return _FINISH_REASONS.get(stop_reason or "", "stop")
+
+
+def normalise_usage(usage: Usage) -> TokenUsage:
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_write = usage.cache_creation_input_tokens or 0
+    return TokenUsage(
+        prompt_tokens=(usage.input_tokens or 0) + cache_read + cache_write,
+        completion_tokens=usage.output_tokens or 0,
+        cached_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def parse_messages_response(body: bytes, created: int) -> UpstreamResponse:
+    """The OpenAI chat completion (and metered usage) for an Anthropic Messages API body."""
+    try:
+        response = msgspec.json.decode(body, type=MessagesResponse)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad_response("not an Anthropic message") from None
+    if response.type == "error" or response.error is not None:
+        raise stream_error(response.error or ErrorObject())
+    usage = normalise_usage(response.usage) if response.usage else None
+    completion = to_chat_completion(response, created, usage)
+    return UpstreamResponse(body=msgspec.json.encode(completion), usage=usage)
+
+
+def to_chat_completion(response: MessagesResponse, created: int, usage: TokenUsage | None) -> ChatCompletion:
+    texts = [block.text for block in response.content if block.type == "text" and block.text is not None]
+    tool_calls = [
+        ToolCall(
+            id=block.id or "",
+            function=FunctionCall(name=block.name or "", arguments=msgspec.json.encode(block.input).decode()),
+        )
+        for block in response.content
+        if block.type == "tool_use"
+    ]
+    message = ResponseMessage(content="".join(texts) if texts else None)
+    if tool_calls:
+        message.tool_calls = tool_calls
+    completion = ChatCompletion(
+        id=response.id,
+        created=created,
+        model=response.model,
+        choices=[Choice(message=message, finish_reason=finish_reason(response.stop_reason))],
+    )
+    if usage is not None:
+        completion.usage = CompletionUsage.of(usage)
+    return completion
+
+
+def anthropic_error_detail(body: bytes) -> UpstreamErrorDetail:
+    """The type and message of an Anthropic error body; empty when the body is not one."""
+    try:
+        envelope = msgspec.json.decode(body, type=_ErrorEnvelope)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return UpstreamErrorDetail()
+    if envelope.error is None:
+        return UpstreamErrorDetail()
+    error = envelope.error
+    return UpstreamErrorDetail(message=error.message, type=error.type, code=error.type)
+
+
+def stream_error(error: ErrorObject) -> UpstreamError:
+    """The gateway error for an Anthropic `error` object sent with a 200 (mid-stream or in a body)."""
+    message = f"the upstream reported an error: {error.message or error.type or 'no message'}"
+    if error.type == "overloaded_error":
+        return UpstreamUnavailable(message)
+    if error.type == "rate_limit_error":
+        return UpstreamRateLimited(message)
+    return UpstreamError(message)

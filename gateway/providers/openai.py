@@ -1,0 +1,180 @@
+"""The adapter for every OpenAI-compatible upstream (OpenAI, vLLM, SGLang, TGI, the mock).
+
+Bodies are forwarded as the client sent them (only `model`, stream usage and cache hints are
+touched); responses and stream chunks pass through verbatim, decoded only as far as metering needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gateway.errors import UpstreamError
+from gateway.providers.base import (
+    Endpoint,
+    TokenUsage,
+    UpstreamCall,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+from gateway.providers.cache_hints import apply_openai_hints, hint_mode
+from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response, classify_status
+from gateway.settings import Provider
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _ErrorObject(msgspec.Struct):
+    message: str | None = None
+    type: str | None = None
+    param: str | None = None
+    code: str | int | None = None
+
+
+class _Metered(msgspec.Struct):
+    """The only parts of a response or chunk the gateway reads."""
+
+    usage: _Usage | None = None
+    choices: list[msgspec.Raw] | None = None
+    error: _ErrorObject | str | None = None
+
+
+class _ErrorEnvelope(msgspec.Struct):
+    error: _ErrorObject | str | None = None
+
+
+def token_usage(usage: _Usage) -> TokenUsage:
+    details = usage.prompt_tokens_details
+    return TokenUsage(
+        prompt_tokens=usage.prompt_tokens or 0,
+        completion_tokens=usage.completion_tokens or 0,
+        cached_tokens=(details.cached_tokens or 0) if details else 0,
+    )
+
+
+def sse_frame(data: bytes) -> bytes:
+    return b"data: " + data + b"\n\n"
+
+
+class OpenAIAdapter:
+    """Any server that speaks OpenAI's HTTP API; subclasses change only the URL and auth header."""
+
+    def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest:
+        body = {**call.body, "model": call.upstream_model}
+        if call.stream:
+            stream_options = body.get("stream_options")
+            kept = stream_options if isinstance(stream_options, dict) else {}
+            body["stream_options"] = {**kept, "include_usage": True}
+        cache_key = call.cache_key if call.endpoint is Endpoint.CHAT else None
+        body = apply_openai_hints(body, hint_mode(provider, base_url), cache_key)
+        headers = {"content-type": "application/json", **self.auth_headers(provider), **provider.headers}
+        return UpstreamRequest(
+            url=self.url(call, provider, base_url.rstrip("/")),
+            headers=headers,
+            content=msgspec.json.encode(body),
+        )
+
+    def url(self, call: UpstreamCall, provider: Provider, base_url: str) -> str:
+        return f"{base_url}/{call.endpoint.value}"
+
+    def auth_headers(self, provider: Provider) -> dict[str, str]:
+        return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+
+    def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
+        try:
+            metered = msgspec.json.decode(body, type=_Metered)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise bad_response("not a JSON object") from None
+        if metered.error is not None and metered.choices is None:
+            raise _stream_or_body_error(metered.error)
+        if metered.usage is None:
+            return UpstreamResponse(body=body, usage=None)
+        details = metered.usage.prompt_tokens_details
+        if call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None):
+            body = _with_cached_tokens(body)
+        return UpstreamResponse(body=body, usage=token_usage(metered.usage))
+
+    def stream_translator(self, call: UpstreamCall) -> OpenAIStreamTranslator:
+        return OpenAIStreamTranslator(call)
+
+    def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
+        return classify_status(status, openai_error_detail(body), headers)
+
+
+def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
+    """The message/type/param/code of an OpenAI error object; empty when the body is not one."""
+    try:
+        envelope = msgspec.json.decode(body, type=_ErrorEnvelope)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return UpstreamErrorDetail()
+    error = envelope.error
+    if isinstance(error, str):
+        return UpstreamErrorDetail(message=error)
+    if error is None:
+        return UpstreamErrorDetail()
+    code = str(error.code) if error.code is not None else None
+    return UpstreamErrorDetail(message=error.message, type=error.type, param=error.param, code=code)
+
+
+def _stream_or_body_error(error: _ErrorObject | str) -> UpstreamError:
+    message = error if isinstance(error, str) else error.message
+    return UpstreamError(f"the upstream reported an error: {message or 'no message'}")
+
+
+def _with_cached_tokens(body: bytes) -> bytes:
+    """Re-encode the body with `usage.prompt_tokens_details.cached_tokens` (0) added."""
+    document: dict[str, Any] = msgspec.json.decode(body)
+    usage = document["usage"]
+    details = usage.get("prompt_tokens_details")
+    usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": 0}
+    return msgspec.json.encode(document)
+
+
+class OpenAIStreamTranslator:
+    """Passes OpenAI chunks through verbatim; notes usage and drops the usage chunk if unwanted."""
+
+    def __init__(self, call: UpstreamCall) -> None:
+        self.usage: TokenUsage | None = None
+        self._drop_usage_chunk = not call.client_wants_usage
+        self._done = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if data.strip() == b"[DONE]":
+            self._done = True
+            return [DONE_FRAME]
+        if _may_carry_usage(data) or b'"error"' in data:
+            chunk = _decode_chunk(data)
+            if chunk.error is not None:
+                raise _stream_or_body_error(chunk.error)
+            if chunk.usage is not None:
+                self.usage = token_usage(chunk.usage)
+                if self._drop_usage_chunk and not chunk.choices:
+                    return []
+        return [sse_frame(data)]
+
+    def finish(self) -> list[bytes]:
+        return [] if self._done else [DONE_FRAME]
+
+
+def _may_carry_usage(data: bytes) -> bool:
+    # With include_usage OpenAI puts `"usage":null` on every chunk; only a real one needs decoding.
+    return b'"usage"' in data and b'"usage":null' not in data and b'"usage": null' not in data
+
+
+def _decode_chunk(data: bytes) -> _Metered:
+    try:
+        return msgspec.json.decode(data, type=_Metered)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad_response("a stream chunk is not a JSON object") from None

@@ -1,0 +1,266 @@
+"""The proxy service: request -> directives -> route plan -> dispatch -> response, and a usage event.
+
+Batch semantics live here: a batched request is bound to its pinned deployment; the pin may move
+once, only while no request of the batch has succeeded; unbatched requests fall back to the next
+eligible deployment before their first byte unless `fallback: never`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from gateway.auth.principal import Principal
+from gateway.dispatch.executor import Attempts, Executor, OpenStream
+from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError
+from gateway.metering.events import UsageEvent, UsageSource
+from gateway.metering.pricing import cost_of, uncached_cost_of
+from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
+from gateway.providers.cache_hints import derive_cache_key
+from gateway.proxy.request import ParsedRequest
+from gateway.routing.deployment import Deployment, DeploymentTable
+from gateway.routing.directives import Directives
+from gateway.routing.health import HealthBoard
+from gateway.routing.pins import BatchPin, PinStore, PinStoreUnavailable, new_pin
+from gateway.routing.policy import RoutePlan, eligible_deployments, plan_route, rendezvous_choice
+from gateway.settings import RetrySettings
+
+log = structlog.get_logger("gateway.proxy")
+
+
+class UsageSink(Protocol):
+    async def append(self, event: UsageEvent) -> None: ...
+
+
+@dataclass(slots=True)
+class ProxyContext:
+    """One client request as it travels through the gateway."""
+
+    request_id: str
+    principal: Principal
+    parsed: ParsedRequest
+    directives: Directives
+    created_at: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.perf_counter)
+    attempts: Attempts = field(default_factory=Attempts)
+    deployment: Deployment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    deployment: Deployment
+    response: UpstreamResponse
+
+
+class ProxyService:
+    def __init__(
+        self,
+        table: DeploymentTable,
+        pins: PinStore,
+        health: HealthBoard,
+        executor: Executor,
+        usage: UsageSink,
+        retry: RetrySettings,
+        rng: random.Random | None = None,
+        on_event: Callable[[UsageEvent], None] | None = None,
+    ) -> None:
+        self._table = table
+        self._pins = pins
+        self._health = health
+        self._executor = executor
+        self._usage = usage
+        self._retry = retry
+        self._rng = rng or random.Random()
+        self._on_event = on_event
+        self.pins_degraded = False
+
+    # --- routing ----------------------------------------------------------------------------
+
+    async def _plan(self, ctx: ProxyContext) -> tuple[RoutePlan, BatchPin | None]:
+        directives, team = ctx.directives, ctx.principal.team_id
+        eligible = eligible_deployments(ctx.parsed.model, directives, ctx.principal, self._table)
+        open_circuits = self._health.open_circuits()
+        if directives.batch is None:
+            return plan_route(eligible, directives, open_circuits, None, self._rng), None
+        try:
+            pin = await self._pins.touch(team, directives.batch)
+            if pin is None:
+                first = plan_route(eligible, directives, open_circuits, None, self._rng).first
+                pin = await self._pins.place(new_pin(team, directives.batch, first, ctx.created_at))
+            self.pins_degraded = False
+        except PinStoreUnavailable:
+            if not self.pins_degraded:
+                log.warning("batch_pins_degraded", reason="pin store unreachable; using rendezvous hashing")
+            self.pins_degraded = True
+            chosen = rendezvous_choice(f"{team}:{directives.batch}", eligible)
+            return plan_route(eligible, directives, open_circuits, chosen.id, self._rng), None
+        return plan_route(eligible, directives, open_circuits, pin.deployment, self._rng), pin
+
+    async def _replacement(self, ctx: ProxyContext, pin: BatchPin, failed: Deployment) -> Deployment | None:
+        """Move a batch whose first placement failed before any success; None if it must stay."""
+        if pin.confirmed or pin.moves > 0:
+            return None
+        eligible = eligible_deployments(ctx.parsed.model, ctx.directives, ctx.principal, self._table)
+        open_circuits = self._health.open_circuits() | {failed.id}
+        others = [d for d in eligible if d.id not in open_circuits]
+        if not others:
+            return None
+        target = plan_route(others, ctx.directives, frozenset(), None, self._rng).first
+        try:
+            moved = await self._pins.move(pin, target)
+        except PinStoreUnavailable:
+            return None
+        if moved.deployment == failed.id:
+            return None
+        return next((d for d in eligible if d.id == moved.deployment), None)
+
+    def _call(self, ctx: ProxyContext, deployment: Deployment) -> UpstreamCall:
+        parsed = ctx.parsed
+        cache_key = ctx.directives.cache_key or parsed.prompt_cache_key
+        if cache_key is None and parsed.chat is not None:
+            cache_key = derive_cache_key(ctx.principal.team_id, parsed.chat)
+        return UpstreamCall(
+            endpoint=parsed.endpoint,
+            body=parsed.body,
+            upstream_model=deployment.upstream_model,
+            stream=parsed.stream,
+            client_wants_usage=parsed.client_wants_usage,
+            team_id=ctx.principal.team_id,
+            chat=parsed.chat,
+            cache_key=cache_key,
+        )
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    async def _dispatch(self, ctx: ProxyContext, attempt: Callable[..., Any]) -> Any:
+        plan, pin = await self._plan(ctx)
+        candidates = list(plan.deployments)
+        last_error: UpstreamError | None = None
+        while candidates:
+            deployment = candidates.pop(0)
+            ctx.deployment = deployment
+            bound = plan.pinned or not candidates
+            max_attempts = self._retry.max_attempts if bound else 1
+            try:
+                result = await attempt(deployment, self._call(ctx, deployment), ctx.attempts, max_attempts)
+            except UpstreamError as exc:
+                last_error = exc
+                if not exc.retryable:
+                    raise
+                if pin is not None and not candidates:
+                    moved_to = await self._replacement(ctx, pin, deployment)
+                    if moved_to is not None:
+                        log.info("batch_moved", batch=pin.batch_id, to=moved_to.id, request_id=ctx.request_id)
+                        pin, candidates = None, [moved_to]
+                continue
+            if pin is not None and not pin.confirmed:
+                with contextlib.suppress(PinStoreUnavailable):  # the batch's next success retries it
+                    await self._pins.confirm(pin.team_id, pin.batch_id)
+            return result
+        assert last_error is not None
+        if plan.batch is not None:
+            raise PinnedProviderUnavailable(
+                f"The deployment pinned for batch '{plan.batch}' is unavailable after "
+                f"{ctx.attempts.count} attempt(s) ({last_error.message}); the pin stays. "
+                "Retry later or start a new batch."
+            ) from last_error
+        raise last_error
+
+    async def complete(self, ctx: ProxyContext) -> Completed:
+        try:
+            response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
+        except GatewayError as exc:
+            await self._meter_failure(ctx, exc)
+            raise
+        assert ctx.deployment is not None
+        await self._meter(ctx, ctx.deployment, 200, response.usage, UsageSource.UPSTREAM)
+        return Completed(ctx.deployment, response)
+
+    async def open_stream(self, ctx: ProxyContext) -> OpenStream:
+        try:
+            stream: OpenStream = await self._dispatch(ctx, self._executor.open_stream)
+        except GatewayError as exc:
+            await self._meter_failure(ctx, exc)
+            raise
+        return stream
+
+    async def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncIterator[bytes]:
+        """Relay frames as they come; meter once at the end, however the stream ends."""
+        frames = stream.frames()
+        status, error_code = 200, None
+        try:
+            async for frame in frames:
+                yield frame
+        except GatewayError as exc:
+            status, error_code = exc.status, exc.code
+            log.warning("stream_failed", request_id=ctx.request_id, code=exc.code)
+            yield b"data: " + exc.to_json() + b"\n\n"
+        finally:
+            await frames.aclose()
+            usage, source = stream.translator.usage, UsageSource.UPSTREAM
+            if usage is None:
+                usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
+            if not stream.finished and error_code is None:
+                status, error_code = 499, "client_disconnected"
+            await self._meter(ctx, stream.deployment, status, usage, source, error_code)
+
+    # --- metering ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _estimate(ctx: ProxyContext, frames_sent: int) -> TokenUsage:
+        """Without upstream counts: ~4 bytes a prompt token, ~1 token a streamed chunk."""
+        prompt_bytes = (
+            sum(len(m.content) for m in ctx.parsed.chat.messages if isinstance(m.content, str))
+            if (ctx.parsed.chat is not None)
+            else 0
+        )
+        return TokenUsage(prompt_tokens=(prompt_bytes + 3) // 4, completion_tokens=frames_sent)
+
+    async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
+        if ctx.deployment is None or ctx.attempts.count == 0:
+            return  # never reached an upstream: nothing to bill, nothing to record
+        await self._meter(ctx, ctx.deployment, exc.status, None, UsageSource.NONE, exc.code)
+
+    async def _meter(
+        self,
+        ctx: ProxyContext,
+        deployment: Deployment,
+        status: int,
+        usage: TokenUsage | None,
+        source: UsageSource,
+        error_code: str | None = None,
+    ) -> None:
+        tokens = usage or TokenUsage()
+        event = UsageEvent(
+            request_id=ctx.request_id,
+            created_at=ctx.created_at,
+            team_id=ctx.principal.team_id,
+            key_id=ctx.principal.key_id,
+            model=deployment.model,
+            provider=deployment.provider.name,
+            region=deployment.region,
+            deployment=deployment.id,
+            upstream_model=deployment.upstream_model,
+            endpoint=ctx.parsed.endpoint.value,
+            status=status,
+            batch_id=ctx.directives.batch,
+            prompt_tokens=tokens.prompt_tokens,
+            completion_tokens=tokens.completion_tokens,
+            cached_tokens=tokens.cached_tokens,
+            cache_write_tokens=tokens.cache_write_tokens,
+            usage_source=source if usage is not None else UsageSource.NONE,
+            cost=cost_of(tokens, deployment.price),
+            uncached_cost=uncached_cost_of(tokens, deployment.price),
+            latency_ms=round((time.perf_counter() - ctx.started) * 1000, 3),
+            ttft_ms=round(ctx.attempts.ttft_s * 1000, 3) if ctx.attempts.ttft_s is not None else None,
+            error_code=error_code,
+        )
+        await self._usage.append(event)
+        if self._on_event is not None:
+            self._on_event(event)

@@ -1,0 +1,126 @@
+"""Route choice as pure functions: (directives, catalog, principal, health, pin) -> RoutePlan.
+
+Nothing here does I/O; pins and health are read before and handed in, and the random source is
+injected so that tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.auth.principal import Principal
+from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
+from gateway.routing.deployment import Deployment, DeploymentTable
+from gateway.routing.directives import Directives, Fallback
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """Deployments to try, in order. `pinned`: never leave deployments[0] (batch or fallback=never)."""
+
+    deployments: tuple[Deployment, ...]
+    batch: str | None = None
+    pinned: bool = False
+
+    @property
+    def first(self) -> Deployment:
+        return self.deployments[0]
+
+
+def eligible_deployments(
+    model: str, directives: Directives, principal: Principal, table: DeploymentTable
+) -> tuple[Deployment, ...]:
+    """The deployments this caller may use for `model` under its directives, in preference order."""
+    deployments = table.by_model.get(model)
+    if deployments is None:
+        raise ModelNotFound(f"The model '{model}' does not exist", param="model")
+    if not principal.may_use_model(model):
+        raise PermissionDenied(f"This key may not use the model '{model}'", param="model")
+    allowed_regions = principal.allowed_regions
+    if directives.region is not None:
+        if directives.region not in table.regions:
+            raise NoRoute(
+                f"Unknown region '{directives.region}'; regions: {', '.join(sorted(table.regions))}",
+                param="X-Gateway-Region",
+            )
+        if allowed_regions is not None and directives.region not in allowed_regions:
+            raise PermissionDenied(
+                f"This key may only be served in: {', '.join(sorted(allowed_regions))}",
+                param="X-Gateway-Region",
+                code="region_not_allowed",
+            )
+    unknown = [p for p in directives.providers if p not in table.providers]
+    if unknown:
+        raise NoRoute(
+            f"Unknown provider(s) {', '.join(unknown)}; providers: {', '.join(sorted(table.providers))}",
+            param="X-Gateway-Provider",
+        )
+    chosen = [
+        d
+        for d in deployments
+        if (directives.region is None or d.region == directives.region)
+        and (not directives.providers or d.provider.name in directives.providers)
+        and (allowed_regions is None or d.region in allowed_regions)
+    ]
+    if directives.providers:
+        chosen.sort(key=lambda d: directives.providers.index(d.provider.name))
+    if not chosen:
+        available = ", ".join(f"{d.provider.name} ({d.region})" for d in deployments)
+        raise NoRoute(
+            f"No deployment of '{model}' matches the routing directives; '{model}' is served by: {available}",
+            param="model",
+        )
+    return tuple(chosen)
+
+
+def plan_route(
+    eligible: Sequence[Deployment],
+    directives: Directives,
+    open_circuits: frozenset[str],
+    pinned_to: str | None,
+    rng: random.Random,
+) -> RoutePlan:
+    """Order the eligible deployments; a pin or `fallback: never` binds the request to one."""
+    if pinned_to is not None:
+        pinned = next((d for d in eligible if d.id == pinned_to), None)
+        if pinned is None:
+            raise NoRoute(
+                f"Batch '{directives.batch}' is pinned to {pinned_to}, which these directives exclude; "
+                "end the batch or use a new batch id",
+                param="X-Gateway-Batch",
+                code="batch_pin_conflict",
+            )
+        return RoutePlan((pinned,), directives.batch, pinned=True)
+    healthy = [d for d in eligible if d.id not in open_circuits]
+    if not healthy:
+        names = ", ".join(d.id for d in eligible)
+        raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
+    ordered = healthy if directives.providers else weighted_order(healthy, rng)
+    bound = directives.batch is not None or directives.fallback is Fallback.NEVER
+    return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
+
+
+def weighted_order(deployments: Sequence[Deployment], rng: random.Random) -> list[Deployment]:
+    """A weighted shuffle: each deployment's chance to come first is proportional to its weight."""
+    keyed = [(rng.random() ** (1.0 / d.weight), d) for d in deployments]
+    keyed.sort(key=lambda pair: pair[0], reverse=True)
+    return [d for _, d in keyed]
+
+
+def rendezvous_choice(key: str, deployments: Sequence[Deployment]) -> Deployment:
+    """Highest-random-weight choice: every process picks the same deployment for the same key."""
+    return max(deployments, key=lambda d: _score(key, d.id, d.weight))
+
+
+def rendezvous_pick(key: str, names: Sequence[str]) -> str:
+    """The same rule over plain names (replica URLs): losing one name moves only its keys."""
+    return max(names, key=lambda n: _score(key, n, 1.0))
+
+
+def _score(key: str, name: str, weight: float) -> float:
+    digest = hashlib.blake2b(f"{key}\x00{name}".encode(), digest_size=8).digest()
+    unit = (int.from_bytes(digest, "big") + 1) / 2**64  # in (0, 1]
+    return float(unit ** (1.0 / weight))

@@ -1,0 +1,134 @@
+"""The admin API's wire format: teams, API keys and pages of them, as msgspec Structs.
+
+Inputs forbid unknown fields so a typo is a 400, not a silently ignored setting. Updates tell an
+absent field (`UNSET`: keep) from an explicit `null` (clear the restriction).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Generic, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+T = TypeVar("T")
+
+Name = Annotated[str, Meta(min_length=1, max_length=200)]
+Limit = Annotated[int, Meta(ge=1)]
+Names = list[Annotated[str, Meta(min_length=1, max_length=200)]]
+AwareDatetime = Annotated[datetime, Meta(tz=True)]
+ExpiresInS = Annotated[int, Meta(ge=1)]
+
+# Money is Numeric(20, 10): ten integer digits at most.
+MAX_BUDGET_USD = Decimal(10) ** 10
+
+
+def check_budget(value: Decimal | UnsetType | None) -> None:
+    """Raise ValueError (msgspec turns it into a ValidationError) for a budget no one means."""
+    if isinstance(value, Decimal) and not (value.is_finite() and 0 <= value < MAX_BUDGET_USD):
+        raise ValueError("`monthly_budget_usd` must be a non-negative amount below 10^10 USD")
+
+
+class TeamCreate(Struct, forbid_unknown_fields=True):
+    name: Name
+    allowed_models: Names | None = None
+    allowed_regions: Names | None = None
+    monthly_budget_usd: Decimal | None = None  # a decimal string ("100.50") or a number
+    rpm_limit: Limit | None = None
+    tpm_limit: Limit | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.monthly_budget_usd)
+
+
+class TeamUpdate(Struct, forbid_unknown_fields=True):
+    name: Name | UnsetType = UNSET
+    allowed_models: Names | UnsetType | None = UNSET
+    allowed_regions: Names | UnsetType | None = UNSET
+    monthly_budget_usd: Decimal | UnsetType | None = UNSET
+    rpm_limit: Limit | UnsetType | None = UNSET
+    tpm_limit: Limit | UnsetType | None = UNSET
+
+    def __post_init__(self) -> None:
+        check_budget(self.monthly_budget_usd)
+
+
+class TeamOut(Struct):
+    id: str
+    name: str
+    allowed_models: list[str] | None
+    allowed_regions: list[str] | None
+    monthly_budget_usd: Decimal | None  # encoded as a decimal string
+    rpm_limit: int | None
+    tpm_limit: int | None
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None
+
+
+class KeyCreate(Struct, forbid_unknown_fields=True):
+    team_id: str
+    name: Name
+    expires_at: AwareDatetime | None = None
+    expires_in_s: ExpiresInS | None = None
+    allowed_models: Names | None = None
+    allowed_regions: Names | None = None
+    rpm_limit: Limit | None = None
+    tpm_limit: Limit | None = None
+    monthly_budget_usd: Decimal | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.monthly_budget_usd)
+        if self.expires_at is not None and self.expires_in_s is not None:
+            raise ValueError("`expires_at` and `expires_in_s` are alternatives: give one of them")
+
+
+class KeyUpdate(Struct, forbid_unknown_fields=True):
+    name: Name | UnsetType = UNSET
+    expires_at: AwareDatetime | UnsetType | None = UNSET
+    allowed_models: Names | UnsetType | None = UNSET
+    allowed_regions: Names | UnsetType | None = UNSET
+    rpm_limit: Limit | UnsetType | None = UNSET
+    tpm_limit: Limit | UnsetType | None = UNSET
+    monthly_budget_usd: Decimal | UnsetType | None = UNSET
+
+    def __post_init__(self) -> None:
+        check_budget(self.monthly_budget_usd)
+
+
+class KeyOut(Struct):
+    id: str
+    team_id: str
+    name: str
+    prefix: str  # the first characters of the secret, to recognise it; never the secret
+    allowed_models: list[str] | None
+    allowed_regions: list[str] | None
+    monthly_budget_usd: Decimal | None
+    rpm_limit: int | None
+    tpm_limit: int | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class KeyCreated(KeyOut):
+    """The answer to POST /admin/keys: the only time the secret is ever shown."""
+
+    key: str
+
+
+class Page(Struct, Generic[T]):
+    data: list[T]
+    next_cursor: str | None
+
+
+def changes(update: TeamUpdate | KeyUpdate) -> dict[str, object]:
+    """The fields an update sets, `None` included (it clears); absent fields are left out."""
+    return {
+        field: value
+        for field in update.__struct_fields__
+        if (value := getattr(update, field)) is not msgspec.UNSET
+    }

@@ -1,0 +1,131 @@
+"""The running gateway's collaborators, built once in the app lifespan and handed to handlers.
+
+`Services` is created by `open_services(settings)` and closed by `Services.aclose()`; handlers
+reach it through `services_of(request)`. Nothing here is a module-level global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from litestar import Request
+from redis.asyncio import Redis
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from gateway.auth.key_cache import KeyCache
+from gateway.db.session import create_engine, session_factory
+from gateway.dispatch.executor import Executor
+from gateway.metering.buffer import MemoryBuffer, UsageBuffer
+from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.writer import UsageWriter
+from gateway.metrics import Metrics
+from gateway.proxy.service import ProxyService
+from gateway.routing.deployment import DeploymentTable
+from gateway.routing.health import HealthBoard, RedisHealthBoard
+from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
+from gateway.settings import Settings
+
+log = structlog.get_logger("gateway.services")
+HEALTH_REFRESH_S = 1.0
+
+
+@dataclass
+class Services:
+    settings: Settings
+    table: DeploymentTable
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    redis: Redis | None
+    key_cache: KeyCache
+    buffer: UsageBuffer
+    writer: UsageWriter
+    pins: PinStore
+    health: HealthBoard
+    executor: Executor
+    proxy: ProxyService
+    metrics: Metrics
+    started_at: float = field(default_factory=time.time)
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    def start_background(self) -> None:
+        self.tasks.append(asyncio.create_task(self.writer.run(), name="usage-writer"))
+        self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
+        if self.redis is not None:
+            self.tasks.append(
+                asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
+            )
+
+    async def _refresh_health(self) -> None:
+        while True:
+            await self.health.refresh()
+            await asyncio.sleep(HEALTH_REFRESH_S)
+
+    async def aclose(self) -> None:
+        """Graceful stop: drain metering first (nothing buffered is lost), then close clients."""
+        await self.writer.stop(drain_timeout_s=10.0)
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.executor.aclose()
+        if self.redis is not None:
+            await self.redis.aclose()
+        await self.engine.dispose()
+
+
+def open_services(settings: Settings) -> Services:
+    catalog = settings.catalog
+    table = DeploymentTable.from_catalog(catalog)
+    deployment_ids = [d.id for d in table.all()]
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    redis: Redis | None = None
+    buffer: UsageBuffer
+    health: HealthBoard
+    pins: PinStore
+    if settings.redis_url:
+        redis = Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        consumer = f"{socket.gethostname()}-{os.getpid()}"
+        buffer = RedisStreamBuffer(redis, consumer=consumer)
+        health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
+        pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
+    else:
+        buffer = MemoryBuffer()
+        health = HealthBoard(deployment_ids, catalog.circuit)
+        pins = MemoryPinStore(catalog.batches.idle_ttl_s)
+    metrics = Metrics()
+    executor = Executor(catalog, health)
+    proxy = ProxyService(table, pins, health, executor, buffer, catalog.retry, on_event=metrics.observe_event)
+    return Services(
+        settings=settings,
+        table=table,
+        engine=engine,
+        sessions=sessions,
+        redis=redis,
+        key_cache=KeyCache(sessions, settings.key_cache_ttl_s, redis),
+        buffer=buffer,
+        writer=UsageWriter(
+            buffer,
+            sessions,
+            batch_size=settings.metering_batch_size,
+            flush_interval_s=settings.metering_flush_interval_s,
+        ),
+        pins=pins,
+        health=health,
+        executor=executor,
+        proxy=proxy,
+        metrics=metrics,
+    )
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services

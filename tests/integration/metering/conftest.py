@@ -1,0 +1,64 @@
+"""Fixtures for metering integration tests: fresh PostgreSQL databases, real Redis streams."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from gateway.db.migrate import upgrade_head_async
+from gateway.db.session import create_engine
+from tests.unit.metering.conftest import make_event  # noqa: F401  (shared fixture)
+
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def pg_url(database: str) -> str:
+    return f"{PG_SERVER}/{database}"
+
+
+async def drop_database(name: str) -> None:
+    await _on_server(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def create_database(name: str) -> None:
+    await drop_database(name)
+    await _on_server(f'CREATE DATABASE "{name}"')
+
+
+async def _on_server(statement: str) -> None:
+    engine = create_async_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text(statement))
+    await engine.dispose()
+
+
+@pytest.fixture
+async def pg_engine() -> AsyncIterator[AsyncEngine]:
+    """A freshly migrated `gateway_test_metering` database."""
+    await create_database("gateway_test_metering")
+    url = pg_url("gateway_test_metering")
+    await upgrade_head_async(url)
+    engine = create_engine(url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    client = Redis.from_url(REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def stream(redis: Redis) -> AsyncIterator[str]:
+    name = f"gateway_test_metering:usage:{uuid.uuid4().hex}"
+    yield name
+    await redis.delete(name)

@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from gateway.auth.key_cache import KeyCache
+from gateway.auth.secrets import hash_secret, new_key_secret
+from gateway.db import keys, teams
+from gateway.errors import AuthenticationFailed, ServiceUnavailable
+from tests.unit.auth.records import QueryCounter, add_key, add_team
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def issue(sessions: Sessions, **key_fields: object) -> tuple[str, str]:
+    team = await add_team(sessions, allowed_models=["gpt-4o", "llama"], rpm_limit=100)
+    key, secret = await add_key(sessions, team.id, **key_fields)
+    return key.id, secret
+
+
+async def revoke(sessions: Sessions, key_id: str) -> None:
+    async with sessions.begin() as session:
+        await keys.revoke_key(session, key_id)
+
+
+async def test_a_valid_key_yields_its_principal(sessions: Sessions) -> None:
+    key_id, secret = await issue(sessions, allowed_models=["llama", "claude"], tpm_limit=5000)
+    principal = await KeyCache(sessions).authenticate(f"Bearer {secret}")
+    assert principal.key_id == key_id
+    assert principal.key_prefix == secret[:12]
+    assert principal.team_name == "research"
+    assert principal.allowed_models == {"llama"}  # key and team lists intersected
+    assert principal.allowed_regions is None
+    assert (principal.team_rpm, principal.key_tpm) == (100, 5000)
+
+
+async def test_the_second_call_does_not_query_the_database(sessions: Sessions, queries: QueryCounter) -> None:
+    _, secret = await issue(sessions)
+    cache = KeyCache(sessions, ttl_s=5.0)
+    await cache.authenticate(f"Bearer {secret}")
+    await cache.authenticate(f"Bearer {secret}")
+    await cache.authenticate(f"Bearer {secret}")
+    assert queries.key_lookups == 1
+
+
+async def test_unknown_keys_are_cached_too(sessions: Sessions, queries: QueryCounter) -> None:
+    cache = KeyCache(sessions)
+    unknown = new_key_secret()
+    for _ in range(3):
+        with pytest.raises(AuthenticationFailed) as caught:
+            await cache.authenticate(f"Bearer {unknown}")
+        assert caught.value.message == "Invalid API key."
+        assert unknown not in caught.value.message
+    assert queries.key_lookups == 1
+
+
+async def test_foreign_tokens_are_rejected_without_a_query(sessions: Sessions, queries: QueryCounter) -> None:
+    with pytest.raises(AuthenticationFailed):
+        await KeyCache(sessions).authenticate("Bearer sk-proj-not-ours")
+    assert queries.key_lookups == 0
+
+
+async def test_entries_are_reloaded_after_the_ttl(sessions: Sessions, queries: QueryCounter) -> None:
+    key_id, secret = await issue(sessions)
+    clock = FakeClock(100.0)
+    cache = KeyCache(sessions, ttl_s=5.0, clock=clock)
+    await cache.authenticate(f"Bearer {secret}")
+    await revoke(sessions, key_id)
+    clock.now = 104.9
+    await cache.authenticate(f"Bearer {secret}")  # still cached: the TTL is the staleness bound
+    clock.now = 105.1
+    with pytest.raises(AuthenticationFailed) as caught:
+        await cache.authenticate(f"Bearer {secret}")
+    assert caught.value.code == "api_key_revoked"
+    assert "revoked" in caught.value.message
+    assert queries.key_lookups == 2
+
+
+async def test_expiry_is_checked_on_every_call_even_from_cache(
+    sessions: Sessions, queries: QueryCounter
+) -> None:
+    _, secret = await issue(sessions, expires_in_s=60)
+    wall = FakeClock(time.time())
+    cache = KeyCache(sessions, ttl_s=3600.0, wall_clock=wall)
+    await cache.authenticate(f"Bearer {secret}")
+    wall.now += 61
+    with pytest.raises(AuthenticationFailed) as caught:
+        await cache.authenticate(f"Bearer {secret}")
+    assert caught.value.code == "api_key_expired"
+    assert caught.value.message == "This API key has expired."
+    assert queries.key_lookups == 1
+
+
+async def test_concurrent_misses_share_one_query(sessions: Sessions, queries: QueryCounter) -> None:
+    _, secret = await issue(sessions)
+    cache = KeyCache(sessions)
+    principals = await asyncio.gather(*(cache.authenticate(f"Bearer {secret}") for _ in range(50)))
+    assert len({p.key_id for p in principals}) == 1
+    assert queries.key_lookups == 1
+
+
+async def test_a_cancelled_caller_does_not_cancel_the_shared_query(sessions: Sessions) -> None:
+    _, secret = await issue(sessions)
+    cache = KeyCache(sessions)
+    first = asyncio.create_task(cache.authenticate(f"Bearer {secret}"))
+    second = asyncio.create_task(cache.authenticate(f"Bearer {secret}"))
+    await asyncio.sleep(0)
+    first.cancel()
+    assert (await second).key_prefix == secret[:12]
+
+
+async def test_invalidate_evicts_locally(sessions: Sessions, queries: QueryCounter) -> None:
+    key_id, secret = await issue(sessions)
+    cache = KeyCache(sessions, ttl_s=3600.0)
+    await cache.authenticate(f"Bearer {secret}")
+    await revoke(sessions, key_id)
+    await cache.invalidate(hash_secret(secret))
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        await cache.authenticate(f"Bearer {secret}")
+    assert queries.key_lookups == 2
+
+
+async def test_a_deleted_team_locks_out_its_keys(sessions: Sessions) -> None:
+    _, secret = await issue(sessions)
+    cache = KeyCache(sessions, ttl_s=0.0)
+    principal = await cache.authenticate(f"Bearer {secret}")
+    async with sessions.begin() as session:
+        await teams.delete_team(session, principal.team_id)
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        await cache.authenticate(f"Bearer {secret}")
+
+
+async def test_known_keys_are_served_stale_while_the_database_is_down(
+    sessions: Sessions, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    _, secret = await issue(sessions)
+    clock = FakeClock(0.0)
+    cache = KeyCache(sessions, ttl_s=5.0, clock=clock)
+    known = await cache.authenticate(f"Bearer {secret}")
+
+    shutil.rmtree(tmp_path / "db")  # the database file is gone: every new connection fails
+    await engine.dispose()
+    clock.now = 60.0
+
+    assert await cache.authenticate(f"Bearer {secret}") == known
+    with pytest.raises(ServiceUnavailable) as caught:
+        await cache.authenticate(f"Bearer {new_key_secret()}")
+    assert caught.value.status == 503
+    assert caught.value.code == "service_unavailable"
+
+
+@pytest.fixture
+async def fake_redis_pair() -> AsyncIterator[tuple[fakeredis.FakeAsyncRedis, fakeredis.FakeAsyncRedis]]:
+    server = fakeredis.FakeServer()
+    first, second = fakeredis.FakeAsyncRedis(server=server), fakeredis.FakeAsyncRedis(server=server)
+    yield first, second
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_revocation_reaches_another_process_through_redis(
+    sessions: Sessions, fake_redis_pair: tuple[fakeredis.FakeAsyncRedis, fakeredis.FakeAsyncRedis]
+) -> None:
+    key_id, secret = await issue(sessions)
+    here = KeyCache(sessions, ttl_s=3600.0, redis=fake_redis_pair[0])
+    there = KeyCache(sessions, ttl_s=3600.0, redis=fake_redis_pair[1])
+    listener = asyncio.create_task(there.run_invalidation_listener())
+    try:
+        await asyncio.wait_for(there.subscribed.wait(), 2.0)
+        await there.authenticate(f"Bearer {secret}")
+        await revoke(sessions, key_id)
+        await here.invalidate(hash_secret(secret))
+        await asyncio.wait_for(_until_rejected(there, secret), 2.0)
+    finally:
+        listener.cancel()
+
+
+async def _until_rejected(cache: KeyCache, secret: str) -> None:
+    while True:
+        try:
+            await cache.authenticate(f"Bearer {secret}")
+        except AuthenticationFailed:
+            return
+        await asyncio.sleep(0.01)

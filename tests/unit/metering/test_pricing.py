@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from gateway.metering.pricing import cost_of, money_str, uncached_cost_of, uncached_prompt_tokens
+from gateway.providers.base import TokenUsage
+from gateway.settings import Price
+
+GPT_4O = Price(input=Decimal("2.50"), output=Decimal("10.00"), cached_input=Decimal("1.25"))
+SONNET = Price(
+    input=Decimal("3"), output=Decimal("15"), cached_input=Decimal("0.30"), cache_write=Decimal("3.75")
+)
+
+
+def test_cached_tokens_are_priced_at_the_cached_input_price() -> None:
+    usage = TokenUsage(prompt_tokens=1000, completion_tokens=200, cached_tokens=400)
+    # 600 x 2.50 + 400 x 1.25 + 200 x 10 = 4000 micro-USD
+    assert cost_of(usage, GPT_4O) == Decimal("0.004")
+
+
+def test_cache_reads_and_writes_each_have_their_price() -> None:
+    usage = TokenUsage(
+        prompt_tokens=10_000, completion_tokens=500, cached_tokens=5000, cache_write_tokens=4000
+    )
+    # 1000 x 3 + 5000 x 0.30 + 4000 x 3.75 + 500 x 15 = 27000 micro-USD
+    assert cost_of(usage, SONNET) == Decimal("0.027")
+
+
+def test_missing_cache_prices_fall_back_to_the_input_price() -> None:
+    price = Price(input=Decimal("0.60"), output=Decimal("0.80"))
+    usage = TokenUsage(prompt_tokens=1000, completion_tokens=1000, cached_tokens=300, cache_write_tokens=200)
+    assert cost_of(usage, price) == Decimal("0.0014")
+    assert cost_of(usage, price) == uncached_cost_of(usage, price)
+
+
+def test_cost_is_exact_where_floats_are_not() -> None:
+    price = Price(input=Decimal("0.1"), output=Decimal("0.2"))
+    usage = TokenUsage(prompt_tokens=1, completion_tokens=1)
+    assert 0.1 / 1e6 + 0.2 / 1e6 != 0.3 / 1e6
+    assert cost_of(usage, price) == Decimal("0.0000003")
+    assert money_str(cost_of(usage, price)) == "0.0000003"
+
+
+def test_uncached_tokens_never_go_negative() -> None:
+    usage = TokenUsage(prompt_tokens=100, cached_tokens=150)
+    assert uncached_prompt_tokens(usage) == 0
+    assert cost_of(usage, GPT_4O) == Decimal("0.0001875")  # 150 x 1.25
+
+
+def test_uncached_cost_prices_every_prompt_token_at_input() -> None:
+    usage = TokenUsage(prompt_tokens=1000, completion_tokens=200, cached_tokens=400)
+    assert uncached_cost_of(usage, GPT_4O) == Decimal("0.0045")
+    assert uncached_cost_of(usage, GPT_4O) - cost_of(usage, GPT_4O) == Decimal("0.0005")
+
+
+def test_zero_usage_costs_nothing() -> None:
+    assert cost_of(TokenUsage(), SONNET) == 0
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [
+        (Decimal("0.0000060000"), "0.000006"),
+        (Decimal("1E-10"), "0.0000000001"),
+        (Decimal("0E-10"), "0"),
+        (Decimal("12.5000"), "12.5"),
+        (Decimal("100"), "100"),
+        (Decimal("-0.25"), "-0.25"),
+    ],
+)
+def test_money_str_is_plain_and_exact(amount: Decimal, text: str) -> None:
+    assert money_str(amount) == text
