@@ -84,7 +84,7 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    prompt: str | list[str | int | list[int]] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     max_tokens: int | None = None
@@ -93,7 +93,7 @@ class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class EmbeddingRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str | int | list[int]]
     encoding_format: str | None = None
     dimensions: int | None = None
 

@@ -75,6 +75,8 @@ retry:
   backoff_base_s: 0.05
   backoff_max_s: 0.1
   retry_after_cap_s: 1
+circuit:
+  failure_threshold: 1000   # circuits are exercised by the batch tests, not here
 limits:
   max_body_bytes: {max_body}
 """
