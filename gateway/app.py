@@ -43,8 +43,16 @@ def _request_headers(request: Request) -> dict[str, str]:
 
 def gateway_error_handler(request: Request, exc: GatewayError) -> Response[bytes]:
     headers = _request_headers(request) | exc.headers
-    if exc.status >= 500:
-        log.warning("request_failed", status=exc.status, code=exc.code, path=request.url.path)
+    principal = getattr(request.state, "principal", None)
+    if not exc.logged:
+        log.info(
+            "request_rejected",
+            request_id=headers.get("x-request-id"),
+            key=getattr(principal, "key_prefix", None),
+            path=request.url.path,
+            status=exc.status,
+            code=exc.code,
+        )
     return Response(exc.to_json(), status_code=exc.status, media_type="application/json", headers=headers)
 
 

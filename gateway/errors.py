@@ -40,6 +40,7 @@ class GatewayError(Exception):
     type = "api_error"
     code: str | None = None
     retryable = False
+    logged = False  # the request's log line is already written (metered upstream failures)
 
     def __init__(
         self,

@@ -226,6 +226,7 @@ class ProxyService:
         if ctx.deployment is None or ctx.attempts.count == 0:
             return  # never reached an upstream: nothing to bill, nothing to record
         await self._meter(ctx, ctx.deployment, exc.status, None, UsageSource.NONE, exc.code)
+        exc.logged = True
 
     async def _meter(
         self,
@@ -264,3 +265,21 @@ class ProxyService:
         await self._usage.append(event)
         if self._on_event is not None:
             self._on_event(event)
+        log.info(
+            "request",
+            request_id=event.request_id,
+            key=ctx.principal.key_prefix,
+            team=event.team_id,
+            model=event.model,
+            provider=event.provider,
+            region=event.region,
+            batch=event.batch_id,
+            endpoint=event.endpoint,
+            stream=ctx.parsed.stream,
+            status=status,
+            attempts=ctx.attempts.count,
+            prompt_tokens=event.prompt_tokens,
+            completion_tokens=event.completion_tokens,
+            latency_ms=event.latency_ms,
+            error=error_code,
+        )
