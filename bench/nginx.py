@@ -88,8 +88,8 @@ worker_processes 1;
 daemon off;
 pid {root}/nginx.pid;
 error_log {root}/error.log warn;
-worker_rlimit_nofile 65536;
-events {{ worker_connections 16384; }}
+user root root;  # the bench's files live in a private temporary folder
+events {{ worker_connections 8192; }}
 http {{
     access_log off;
     client_body_temp_path {temp}/body;
@@ -148,7 +148,11 @@ class Nginx:
         if cpus:
             command = ["taskset", "-c", cpus, *command]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _wait_ready(self) -> None:

@@ -1,17 +1,20 @@
 """Batch pins: (team, batch id) -> one deployment, placed atomically and shared by every process.
 
 A pin may move only while it is unconfirmed (no request of the batch has succeeded yet); an idle
-pin expires after `batches.idle_ttl_s`. `RedisPinStore` is the production store; `MemoryPinStore`
+pin expires after `batches.idle_ttl_s`. A pin's `created_at` is the arrival time of the earliest
+request that joined it, so the batch's running totals (records since `created_at`) count every one. `RedisPinStore` is the production store; `MemoryPinStore`
 serves the embedded single-process default with the same semantics.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from gateway.errors import GatewayError
@@ -51,15 +54,20 @@ def new_pin(team_id: str, batch_id: str, deployment: Deployment, now: float) -> 
 
 
 class PinStore(Protocol):
-    async def touch(self, team_id: str, batch_id: str) -> BatchPin | None:
-        """Return the live pin and push its idle expiry back, or None."""
+    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
+        """Return the live pin and push its idle expiry back, or None.
+
+        `joined_at`: the arrival time of the request joining the batch (None for a mere read).
+        """
         ...
 
     async def place(self, pin: BatchPin) -> BatchPin:
         """Store `pin` unless one exists; return whichever pin is now in force."""
         ...
 
-    async def confirm(self, team_id: str, batch_id: str) -> None: ...
+    async def confirm(self, team_id: str, batch_id: str, deployment: str) -> None:
+        """Make the pin final (a request succeeded on it), if it is still on `deployment`."""
+        ...
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
         """Move an unconfirmed pin still on `pin.deployment`; return the pin now in force."""
@@ -71,9 +79,9 @@ class PinStore(Protocol):
 
 
 class MemoryPinStore:
-    def __init__(self, idle_ttl_s: float, clock: object = time.time) -> None:
+    def __init__(self, idle_ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self._ttl = idle_ttl_s
-        self._clock = clock if callable(clock) else time.time
+        self._clock = clock
         self._pins: dict[tuple[str, str], BatchPin] = {}
 
     def _live(self, key: tuple[str, str]) -> BatchPin | None:
@@ -83,25 +91,26 @@ class MemoryPinStore:
             return None
         return pin
 
-    async def touch(self, team_id: str, batch_id: str) -> BatchPin | None:
+    def _use(self, pin: BatchPin, joined_at: float | None) -> BatchPin:
+        created = pin.created_at if joined_at is None else min(pin.created_at, joined_at)
+        used = msgspec.structs.replace(pin, last_used_at=self._clock(), created_at=created)
+        self._pins[(pin.team_id, pin.batch_id)] = used
+        return used
+
+    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
         pin = self._live((team_id, batch_id))
-        if pin is None:
-            return None
-        pin = msgspec.structs.replace(pin, last_used_at=self._clock())
-        self._pins[(team_id, batch_id)] = pin
-        return pin
+        return None if pin is None else self._use(pin, joined_at)
 
     async def place(self, pin: BatchPin) -> BatchPin:
-        key = (pin.team_id, pin.batch_id)
-        existing = self._live(key)
+        existing = self._live((pin.team_id, pin.batch_id))
         if existing is not None:
-            return existing
-        self._pins[key] = pin
+            return self._use(existing, pin.created_at)
+        self._pins[(pin.team_id, pin.batch_id)] = pin
         return pin
 
-    async def confirm(self, team_id: str, batch_id: str) -> None:
+    async def confirm(self, team_id: str, batch_id: str, deployment: str) -> None:
         pin = self._live((team_id, batch_id))
-        if pin is not None and not pin.confirmed:
+        if pin is not None and not pin.confirmed and pin.deployment == deployment:
             self._pins[(team_id, batch_id)] = msgspec.structs.replace(pin, confirmed=True)
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
@@ -128,48 +137,80 @@ class MemoryPinStore:
         return sum(1 for p in self._pins.values() if now - p.last_used_at <= self._ttl)
 
 
-# KEYS[1] pin hash, KEYS[2] index zset; ARGV: now, ttl_ms, member
-_TOUCH = """
-local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed')
+# A pin is a hash: `pin` (the JSON of the fixed part), `confirmed`, `last_used`, `created`.
+# Every script answers {pin json, confirmed, last_used, created} or false. `_JOIN` lowers `created`
+# to a joining request's arrival time (pins written before `created` existed fall back to the JSON).
+_JOIN = """
+local function join(key, v, joined)
+  local created = v[3] or tostring(cjson.decode(v[1])['created_at'])
+  if joined ~= '' and tonumber(joined) < tonumber(created) then
+    created = joined
+    redis.call('HSET', key, 'created', created)
+  end
+  return created
+end
+"""
+# KEYS[1] pin hash, KEYS[2] index zset; ARGV: now, ttl_ms, member, joined_at or ''
+_TOUCH = _JOIN + """
+local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 if not v[1] then return false end
+local created = join(KEYS[1], v, ARGV[4])
 redis.call('HSET', KEYS[1], 'last_used', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
-return {v[1], v[2] or '0', ARGV[1]}
+return {v[1], v[2] or '0', ARGV[1], created}
 """
-# ARGV: pin json, now, ttl_ms, member
-_PLACE = """
-local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'last_used')
-if v[1] then return {v[1], v[2] or '0', v[3] or ARGV[2]} end
-redis.call('HSET', KEYS[1], 'pin', ARGV[1], 'last_used', ARGV[2])
+# ARGV: pin json, created (its arrival time), ttl_ms, member, now
+_PLACE = _JOIN + """
+local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
+local created = ARGV[2]
+if v[1] then
+  created = join(KEYS[1], v, ARGV[2])
+else
+  v = {ARGV[1], '0'}
+  redis.call('HSET', KEYS[1], 'pin', ARGV[1], 'confirmed', '0', 'created', created)
+end
+redis.call('HSET', KEYS[1], 'last_used', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
-return {ARGV[1], '0', ARGV[2]}
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+return {v[1], v[2] or '0', ARGV[5], created}
 """
-# ARGV: expected deployment, new pin json, now, ttl_ms
-_MOVE = """
-local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'last_used')
+# KEYS[1] pin hash; ARGV: deployment
+_CONFIRM = """
+local v = redis.call('HGET', KEYS[1], 'pin')
+if v and cjson.decode(v)['deployment'] == ARGV[1] then redis.call('HSET', KEYS[1], 'confirmed', '1') end
+return 0
+"""
+# KEYS[1] pin hash; ARGV: expected deployment, new pin json, now, ttl_ms
+_MOVE = _JOIN + """
+local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 if not v[1] then return false end
-local current = cjson.decode(v[1])
-if v[2] == '1' or current['deployment'] ~= ARGV[1] then return {v[1], v[2] or '0', v[3]} end
+local created = join(KEYS[1], v, '')
+if v[2] == '1' or cjson.decode(v[1])['deployment'] ~= ARGV[1] then
+  return {v[1], v[2] or '0', redis.call('HGET', KEYS[1], 'last_used') or ARGV[3], created}
+end
 redis.call('HSET', KEYS[1], 'pin', ARGV[2], 'last_used', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {ARGV[2], '0', ARGV[3]}
+return {ARGV[2], '0', ARGV[3], created}
 """
 
 
 class RedisPinStore:
-    """Pins as Redis hashes `gw:pin:<team>:<batch>` with idle expiry, plus a zset for counting."""
+    """Pins as Redis hashes `gw:pin:<team>:<batch>` with idle expiry, plus a zset for counting.
+
+    Every change is one Lua script, so concurrent requests in any process see one answer.
+    """
 
     INDEX = "gw:pins"
 
     def __init__(self, redis: Redis, idle_ttl_s: float, prefix: str = "gw:pin:") -> None:
         self._redis = redis
-        self._ttl_ms = int(idle_ttl_s * 1000)
+        self._ttl_ms = max(1, int(idle_ttl_s * 1000))
         self._ttl_s = idle_ttl_s
         self._prefix = prefix
         self._touch = redis.register_script(_TOUCH)
         self._place = redis.register_script(_PLACE)
+        self._confirm = redis.register_script(_CONFIRM)
         self._move = redis.register_script(_MOVE)
 
     def _key(self, team_id: str, batch_id: str) -> str:
@@ -180,52 +221,41 @@ class RedisPinStore:
         if not reply:
             return None
         pin = msgspec.json.decode(reply[0], type=BatchPin)
-        return msgspec.structs.replace(pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]))
+        return msgspec.structs.replace(
+            pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]), created_at=float(reply[3])
+        )
 
-    async def touch(self, team_id: str, batch_id: str) -> BatchPin | None:
-        key = self._key(team_id, batch_id)
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[object]) -> list[bytes] | None:
         try:
-            reply = await self._touch(keys=[key, self.INDEX], args=[time.time(), self._ttl_ms, key])
+            reply: list[bytes] | None = await script(keys=keys, args=args)
         except RedisError as exc:
             raise PinStoreUnavailable("batch pin store unreachable") from exc
+        return reply
+
+    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
+        key = self._key(team_id, batch_id)
+        joined = "" if joined_at is None else repr(joined_at)
+        reply = await self._run(self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined])
         return self._decode(reply)
 
     async def place(self, pin: BatchPin) -> BatchPin:
         key = self._key(pin.team_id, pin.batch_id)
-        try:
-            reply = await self._place(
-                keys=[key, self.INDEX], args=[msgspec.json.encode(pin), pin.created_at, self._ttl_ms, key]
-            )
-        except RedisError as exc:
-            raise PinStoreUnavailable("batch pin store unreachable") from exc
+        args: list[object] = [msgspec.json.encode(pin), repr(pin.created_at), self._ttl_ms, key]
+        reply = await self._run(self._place, [key, self.INDEX], [*args, repr(time.time())])
         placed = self._decode(reply)
         assert placed is not None
         return placed
 
-    async def confirm(self, team_id: str, batch_id: str) -> None:
-        try:
-            await self._redis.hset(self._key(team_id, batch_id), "confirmed", "1")
-        except RedisError as exc:
-            raise PinStoreUnavailable("batch pin store unreachable") from exc
+    async def confirm(self, team_id: str, batch_id: str, deployment: str) -> None:
+        await self._run(self._confirm, [self._key(team_id, batch_id)], [deployment])
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
         now = time.time()
         moved = msgspec.structs.replace(
-            pin,
-            deployment=to.id,
-            provider=to.provider.name,
-            region=to.region,
-            moves=pin.moves + 1,
-            confirmed=False,
-            last_used_at=now,
+            pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
         )
-        try:
-            reply = await self._move(
-                keys=[self._key(pin.team_id, pin.batch_id)],
-                args=[pin.deployment, msgspec.json.encode(moved), now, self._ttl_ms],
-            )
-        except RedisError as exc:
-            raise PinStoreUnavailable("batch pin store unreachable") from exc
+        args: list[object] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
+        reply = await self._run(self._move, [self._key(pin.team_id, pin.batch_id)], args)
         return self._decode(reply) or pin
 
     async def delete(self, team_id: str, batch_id: str) -> bool:
