@@ -50,6 +50,7 @@ class ProxyContext:
     started: float = field(default_factory=time.perf_counter)
     attempts: Attempts = field(default_factory=Attempts)
     deployment: Deployment | None = None
+    moved: bool = False  # this request has followed its batch's pin to a new deployment
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class ProxyService:
         if directives.batch is None:
             return plan_route(eligible, directives, open_circuits, None, self._rng), None
         try:
-            pin = await self._pins.touch(team, directives.batch)
+            pin = await self._pins.touch(team, directives.batch, joined_at=ctx.created_at)
             if pin is None:
                 first = plan_route(eligible, directives, open_circuits, None, self._rng).first
                 pin = await self._pins.place(new_pin(team, directives.batch, first, ctx.created_at))
@@ -102,9 +103,15 @@ class ProxyService:
             return plan_route(eligible, directives, open_circuits, chosen.id, self._rng), None
         return plan_route(eligible, directives, open_circuits, pin.deployment, self._rng), pin
 
-    async def _replacement(self, ctx: ProxyContext, pin: BatchPin, failed: Deployment) -> Deployment | None:
-        """Move a batch whose first placement failed before any success; None if it must stay."""
-        if pin.confirmed or pin.moves > 0:
+    async def _replacement(
+        self, ctx: ProxyContext, pin: BatchPin, failed: Deployment
+    ) -> tuple[BatchPin, Deployment] | None:
+        """Move a batch whose first placement failed before any success; None if it must stay.
+
+        Concurrent requests of the batch race to move it; the store lets one win and the others
+        follow the pin wherever it now is.
+        """
+        if pin.confirmed or pin.moves > 0 or ctx.moved:
             return None
         eligible = eligible_deployments(ctx.parsed.model, ctx.directives, ctx.principal, self._table)
         open_circuits = self._health.open_circuits() | {failed.id}
@@ -118,7 +125,9 @@ class ProxyService:
             return None
         if moved.deployment == failed.id:
             return None
-        return next((d for d in eligible if d.id == moved.deployment), None)
+        target = next((d for d in eligible if d.id == moved.deployment), None)
+        ctx.moved = target is not None
+        return None if target is None else (moved, target)
 
     def _call(self, ctx: ProxyContext, deployment: Deployment) -> UpstreamCall:
         parsed = ctx.parsed
@@ -153,15 +162,15 @@ class ProxyService:
                 last_error = exc
                 if not exc.retryable:
                     raise
-                if pin is not None and not candidates:
-                    moved_to = await self._replacement(ctx, pin, deployment)
-                    if moved_to is not None:
-                        log.info("batch_moved", batch=pin.batch_id, to=moved_to.id, request_id=ctx.request_id)
-                        pin, candidates = None, [moved_to]
+                moved = None if pin is None or candidates else await self._replacement(ctx, pin, deployment)
+                if moved is not None:  # at most once per request: the moved pin has moves > 0
+                    pin, moved_to = moved
+                    log.info("batch_moved", batch=pin.batch_id, to=moved_to.id, request_id=ctx.request_id)
+                    candidates = [moved_to]
                 continue
             if pin is not None and not pin.confirmed:
                 with contextlib.suppress(PinStoreUnavailable):  # the batch's next success retries it
-                    await self._pins.confirm(pin.team_id, pin.batch_id)
+                    await self._pins.confirm(pin.team_id, pin.batch_id, deployment.id)
             return result
         assert last_error is not None
         if plan.batch is not None:

@@ -26,12 +26,10 @@ def _records(stack: Stack, team_id: str, expected: int = 1) -> list[dict[str, ob
 def test_failure_after_first_byte_is_an_sse_error_and_not_retried(stack: Stack, fresh_upstream) -> None:
     team = stack.new_team("midstream-failure")
     fresh_upstream.set_behaviour(chunks=8, fail_after_chunks=3)
-    received = []
+    received: list[object] = []
+    stream = stack.client(team.key).chat.completions.create(model="chat", messages=MESSAGES, stream=True)
     with pytest.raises(openai.APIError):
-        for chunk in stack.client(team.key).chat.completions.create(
-            model="chat", messages=MESSAGES, stream=True
-        ):
-            received.append(chunk)
+        received.extend(stream)
     assert received, "the first chunks arrive before the error"
     assert len(fresh_upstream.requests()) == 1, "never retried after the first byte"
     (record,) = _records(stack, team.id)
