@@ -143,7 +143,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         port=_int_env(env, "GATEWAY_PORT", 8080),
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
         log_format=log_format,
-        key_cache_ttl_s=float(env.get("GATEWAY_KEY_CACHE_TTL_S", "5")),
+        key_cache_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_TTL_S", 5.0),
     )
 
 
@@ -155,6 +155,19 @@ def _int_env(env: dict[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def _float_env(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name}: must not be negative")
+    return value
 
 
 def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
@@ -216,6 +229,10 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.cache_hints: must be auto, openai, pass or strip")
         if provider.timeout_s <= 0:
             raise ConfigError(f"{where}.timeout_s: must be positive")
+        if provider.connect_timeout_s <= 0:
+            raise ConfigError(f"{where}.connect_timeout_s: must be positive")
+        if len(set(provider.urls)) != len(provider.urls):
+            raise ConfigError(f"{where}.base_urls: a replica is listed twice")
     aliases: set[str] = set()
     for i, model in enumerate(catalog.models):
         where = f"{path}: models[{i}]"
@@ -236,5 +253,23 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                 value = getattr(deployment.price, field)
                 if value is not None and value < 0:
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
+    _check_tuning(catalog, path)
+
+
+def _check_tuning(catalog: Catalog, path: Path) -> None:
     if catalog.retry.max_attempts < 1:
         raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
+    checks = {
+        "retry.backoff_base_s": catalog.retry.backoff_base_s >= 0,
+        "retry.backoff_max_s": catalog.retry.backoff_max_s >= 0,
+        "retry.retry_after_cap_s": catalog.retry.retry_after_cap_s >= 0,
+        "circuit.failure_threshold": catalog.circuit.failure_threshold >= 1,
+        "circuit.cooldown_s": catalog.circuit.cooldown_s > 0,
+        "batches.idle_ttl_s": catalog.batches.idle_ttl_s >= 1,
+        "limits.max_body_bytes": catalog.limits.max_body_bytes >= 1024,
+        "limits.max_messages": catalog.limits.max_messages >= 1,
+        "limits.max_upstream_response_bytes": catalog.limits.max_upstream_response_bytes >= 1024,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {key}: out of range")

@@ -13,9 +13,13 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buffer = self._buffer + chunk
+        held = b""
+        if buffer.endswith(b"\r"):  # maybe half of a CRLF split between chunks: wait for the rest
+            buffer, held = buffer[:-1], b"\r"
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *events, self._buffer = buffer.split(b"\n\n")
+        *events, rest = buffer.split(b"\n\n")
+        self._buffer = rest + held
         payloads = []
         for event in events:
             data = _data_of(event)
@@ -25,7 +29,7 @@ class SSEDecoder:
 
     def close(self) -> list[bytes]:
         """The stream ended: a last event without its blank line still counts."""
-        rest, self._buffer = self._buffer, b""
+        rest, self._buffer = self._buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n"), b""
         data = _data_of(rest) if rest.strip() else None
         return [data] if data is not None else []
 

@@ -33,6 +33,19 @@ class ParsedRequest:
     prompt_cache_key: str | None
 
 
+_RETENTIONS = {"in-memory": "in_memory", "in_memory": "in_memory", "24h": "24h"}
+
+
+def _retention(value: str) -> str:
+    """OpenAI spells it `in_memory` or `24h`; `in-memory` is accepted as a common variant."""
+    try:
+        return _RETENTIONS[value]
+    except KeyError:
+        raise InvalidRequest(
+            "prompt_cache_retention must be 'in_memory' or '24h'", param="prompt_cache_retention"
+        ) from None
+
+
 def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRequest:
     if not raw:
         raise InvalidRequest("The request body is empty; expected a JSON object")
@@ -58,6 +71,8 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
             raise InvalidRequest("messages must not be empty", param="messages")
         if len(chat.messages) > max_messages:
             raise InvalidRequest(f"At most {max_messages} messages are accepted", param="messages")
+    if chat is not None and chat.prompt_cache_retention is not None:
+        body["prompt_cache_retention"] = _retention(chat.prompt_cache_retention)
     stream = bool(getattr(typed, "stream", None))
     stream_options = getattr(typed, "stream_options", None)
     if stream_options is not None and not stream:
