@@ -4,7 +4,7 @@ Each event is one stream entry (its msgspec JSON in the `event` field). Writers 
 consumer group, so each entry goes to one writer; an entry is acked and deleted only after its
 record is committed. Entries a dead writer left pending are taken over with XAUTOCLAIM. The stream
 is never trimmed by length (that would drop unwritten records): `append` refuses new events with
-MeteringBacklogFull once `maxlen` entries are waiting.
+MeteringBacklogFull once about `maxlen` entries are waiting.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gateway.metering.buffer import MeteringBacklogFull
 from gateway.metering.events import UsageEvent
 
 EVENT_FIELD = b"event"
+LENGTH_CHECK_EVERY = 100  # appends between two XLEN round trips, while far from the bound
 
 
 def unique_consumer_name() -> str:
@@ -50,16 +51,25 @@ class RedisStreamBuffer:
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(UsageEvent)
         self._group_ready = False
+        self._known_length = 0
+        self._unchecked_appends = LENGTH_CHECK_EVERY  # the first append checks
 
     async def append(self, event: UsageEvent) -> None:
-        # One round trip: length before, then the entry; over the bound, the entry is taken back.
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xlen(self.stream)
-            pipe.xadd(self.stream, {EVENT_FIELD: self._encoder.encode(event)})
-            length, entry_id = await pipe.execute()
-        if length >= self.maxlen:
-            await self.redis.xdel(self.stream, entry_id)
-            raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
+        if self._length_check_due():
+            self._known_length = await self.depth()
+            self._unchecked_appends = 0
+            if self._known_length >= self.maxlen:
+                raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
+        await self.redis.xadd(self.stream, {EVENT_FIELD: self._encoder.encode(event)})
+        self._unchecked_appends += 1
+
+    def _length_check_due(self) -> bool:
+        """XLEN every LENGTH_CHECK_EVERY appends, and before each one once the stream is near its bound.
+
+        The bound is soft: processes together may overshoot it by LENGTH_CHECK_EVERY each.
+        """
+        near_bound = self._known_length + self._unchecked_appends >= self.maxlen * 0.9
+        return near_bound or self._unchecked_appends >= LENGTH_CHECK_EVERY
 
     async def read(self, max_count: int, block_ms: int) -> list[tuple[str, UsageEvent]]:
         response = await self._group_call(

@@ -24,8 +24,8 @@ from gateway.db.models import UsageRecord
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
 
-# Errors the same rows would raise again on every retry: such a batch is split to find the culprit.
-_REJECTED = (DataError, IntegrityError)
+# SQLSTATE classes 22 (data exception) and 23 (integrity violation): the same rows would fail again.
+_REFUSED_SQLSTATE_CLASSES = ("22", "23")
 _MILLISECONDS = Decimal("0.001")
 
 
@@ -115,10 +115,11 @@ class UsageWriter:
             try:
                 await self._insert([event for _, event in entries])
                 break
-            except _REJECTED as exc:
-                await self._persist_apart(entries, exc)
-                return
-            except Exception as exc:  # the database is down or busy: keep the batch, retry
+            except Exception as exc:
+                if is_refused_record(exc):  # retrying would not help: find the culprit
+                    await self._persist_apart(entries, exc)
+                    return
+                # the database is down or busy: keep the batch, retry
                 failures += 1
                 self._note_error("usage_write_failed", exc, records=len(entries), attempt=failures)
                 await asyncio.sleep(self._backoff(failures))
@@ -196,9 +197,21 @@ def _milliseconds(value: float) -> Decimal:
     return Decimal(repr(value)).quantize(_MILLISECONDS)
 
 
+def is_refused_record(exc: BaseException) -> bool:
+    """The database rejected the rows themselves (too long, out of range, constraint)."""
+    if isinstance(exc, DataError | IntegrityError):
+        return True
+    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in _REFUSED_SQLSTATE_CLASSES
+
+
 def describe_error(exc: BaseException) -> str:
     """`OperationalError (ConnectionRefusedError)`: the kind of failure, never its parameters."""
     original = getattr(exc, "orig", None)
     if original is None:
         return type(exc).__name__
-    return f"{type(exc).__name__} ({type(original).__name__})"
+    sqlstate = getattr(original, "sqlstate", None)
+    detail = (
+        type(original).__name__ if sqlstate is None else f"{type(original).__name__}, SQLSTATE {sqlstate}"
+    )
+    return f"{type(exc).__name__} ({detail})"

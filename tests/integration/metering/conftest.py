@@ -39,15 +39,19 @@ async def _on_server(statement: str) -> None:
     await engine.dispose()
 
 
+async def fresh_pg_engine(database: str = "gateway_test_metering") -> AsyncEngine:
+    """An engine on a just-created, migrated database (dispose it when done)."""
+    await create_database(database)
+    await upgrade_head_async(pg_url(database))
+    return create_engine(pg_url(database))
+
+
 @pytest.fixture
 async def pg_engine() -> AsyncIterator[AsyncEngine]:
-    """A freshly migrated `gateway_test_metering` database."""
-    await create_database("gateway_test_metering")
-    url = pg_url("gateway_test_metering")
-    await upgrade_head_async(url)
-    engine = create_engine(url)
+    engine = await fresh_pg_engine()
     yield engine
     await engine.dispose()
+    await drop_database("gateway_test_metering")
 
 
 @pytest.fixture
