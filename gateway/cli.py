@@ -23,9 +23,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.db.migrate import upgrade_head
 
     settings = _settings()
+    workers = args.workers or settings.workers
+    if workers > 1 and not settings.redis_url:
+        print(
+            "gateway: several workers need shared state: set GATEWAY_REDIS_URL "
+            "(the in-process default serves one process only)",
+            file=sys.stderr,
+        )
+        return 2
     if not args.no_migrate:
         upgrade_head(settings.database_url)
-    workers = args.workers or settings.workers
     uvicorn.run(
         "gateway.asgi:app_factory",
         factory=True,
