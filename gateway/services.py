@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 from litestar import Request
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
@@ -92,7 +92,15 @@ def open_services(settings: Settings) -> Services:
     health: HealthBoard
     pins: PinStore
     if settings.redis_url:
-        redis = Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        # A blocking pool: a burst of concurrent requests waits for a connection instead of failing.
+        pool = BlockingConnectionPool.from_url(
+            settings.redis_url,
+            max_connections=1024,
+            timeout=2.0,
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+        )
+        redis = Redis(connection_pool=pool)
         consumer = f"{socket.gethostname()}-{os.getpid()}"
         buffer = RedisStreamBuffer(redis, consumer=consumer)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
@@ -117,6 +125,7 @@ def open_services(settings: Settings) -> Services:
             sessions,
             batch_size=settings.metering_batch_size,
             flush_interval_s=settings.metering_flush_interval_s,
+            reclaim_idle_ms=int(settings.metering_reclaim_idle_s * 1000),
         ),
         pins=pins,
         health=health,

@@ -40,6 +40,14 @@ async def _redis_ok(services: Services) -> str:
     return "ok"
 
 
+async def _backlog(services: Services) -> int | None:
+    try:
+        async with asyncio.timeout(2.0):
+            return await services.buffer.depth()
+    except Exception:  # the buffer's store is down: readiness reports it, it does not fail
+        return None
+
+
 @get("/readyz")
 async def readyz(request: Request) -> Response[bytes]:
     services = services_of(request)
@@ -56,7 +64,7 @@ async def readyz(request: Request) -> Response[bytes]:
         "database": database,
         "redis": redis,
         "degraded": degraded,
-        "metering_backlog": await services.buffer.depth(),
+        "metering_backlog": await _backlog(services),
         "metering_last_error": services.writer.last_error,
     }
     ready = database == "ok" and redis in ("ok", "not configured (in-process state)")
@@ -68,7 +76,9 @@ async def readyz(request: Request) -> Response[bytes]:
 async def metrics(request: Request) -> Response[bytes]:
     services = services_of(request)
     services.metrics.open_circuits.set(len(services.health.open_circuits()))
-    services.metrics.metering_backlog.set(await services.buffer.depth())
+    backlog = await _backlog(services)
+    if backlog is not None:
+        services.metrics.metering_backlog.set(backlog)
     with contextlib.suppress(PinStoreUnavailable):  # the gauge keeps its last value meanwhile
         services.metrics.active_pins.set(await services.pins.active_count())
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

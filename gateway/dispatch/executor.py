@@ -12,8 +12,9 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 
@@ -27,6 +28,28 @@ from gateway.routing.policy import rendezvous_pick
 from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
 MOCK_BASE_URL = "http://mock.invalid/v1"
+T = TypeVar("T")
+
+
+class InFlight:
+    """One request counted as in flight on a deployment until `release()` (idempotent)."""
+
+    __slots__ = ("_counts", "_deployment", "_held")
+
+    def __init__(self, counts: dict[str, int], deployment: str) -> None:
+        self._counts, self._deployment, self._held = counts, deployment, True
+        counts[deployment] = counts.get(deployment, 0) + 1
+
+    def __enter__(self) -> InFlight:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._counts[self._deployment] -= 1
 
 
 @dataclass(slots=True)
@@ -49,6 +72,7 @@ class OpenStream:
     first_frames: list[bytes]
     decoder: SSEDecoder
     chunks: AsyncIterator[bytes]
+    in_flight: InFlight
     frames_sent: int = 0
     finished: bool = False
 
@@ -70,6 +94,7 @@ class OpenStream:
                 yield frame
             self.finished = True
         finally:
+            self.in_flight.release()
             await self.response.aclose()
 
 
@@ -129,13 +154,27 @@ class Executor:
         """A non-streaming request, retried on this deployment while the failure allows."""
         adapter, request = self._build(deployment, call)
         client = self._client_for(deployment.provider)
+
+        async def once() -> UpstreamResponse:
+            with self._in_flight(deployment.id):
+                body = await self._exchange(client, request, adapter)
+            return adapter.parse_response(call, body)
+
+        return await self._retrying(deployment, attempts, max_attempts, once)
+
+    async def _retrying(
+        self,
+        deployment: Deployment,
+        attempts: Attempts,
+        max_attempts: int,
+        once: Callable[[], Awaitable[T]],
+    ) -> T:
+        """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out."""
         for attempt in range(1, max_attempts + 1):
             attempts.count += 1
             started = time.perf_counter()
-            self._health.in_flight[deployment.id] = self._health.in_flight.get(deployment.id, 0) + 1
             try:
-                body = await self._exchange(client, request, adapter)
-                parsed = adapter.parse_response(call, body)
+                result = await once()
             except UpstreamError as exc:
                 attempts.upstream_s += time.perf_counter() - started
                 attempts.errors.append(exc.code or exc.type)
@@ -144,13 +183,15 @@ class Executor:
                     raise
                 await asyncio.sleep(self._backoff(attempt, exc))
                 continue
-            finally:
-                self._health.in_flight[deployment.id] -= 1
-            attempts.upstream_s += time.perf_counter() - started
-            attempts.ttft_s = time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            attempts.upstream_s += elapsed
+            attempts.ttft_s = elapsed
             await self._health.record_success(deployment.id)
-            return parsed
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _in_flight(self, deployment_id: str) -> InFlight:
+        return InFlight(self._health.in_flight, deployment_id)
 
     async def _exchange(
         self, client: httpx.AsyncClient, request: httpx.Request, adapter: ProviderAdapter
@@ -183,24 +224,11 @@ class Executor:
         """Start a stream and read it up to its first frames; failures before then may be retried."""
         adapter, request = self._build(deployment, call)
         client = self._client_for(deployment.provider)
-        for attempt in range(1, max_attempts + 1):
-            attempts.count += 1
-            started = time.perf_counter()
-            try:
-                stream = await self._first_frames(client, request, adapter, deployment, call)
-            except UpstreamError as exc:
-                attempts.upstream_s += time.perf_counter() - started
-                attempts.errors.append(exc.code or exc.type)
-                await self._on_failure(deployment, exc)
-                if not exc.retryable or attempt == max_attempts:
-                    raise
-                await asyncio.sleep(self._backoff(attempt, exc))
-                continue
-            attempts.upstream_s += time.perf_counter() - started
-            attempts.ttft_s = attempts.upstream_s
-            await self._health.record_success(deployment.id)
-            return stream
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def once() -> OpenStream:
+            return await self._first_frames(client, request, adapter, deployment, call)
+
+        return await self._retrying(deployment, attempts, max_attempts, once)
 
     async def _first_frames(
         self,
@@ -210,8 +238,13 @@ class Executor:
         deployment: Deployment,
         call: UpstreamCall,
     ) -> OpenStream:
-        with map_transport_errors():
-            response = await client.send(request, stream=True)
+        in_flight = self._in_flight(deployment.id)
+        try:
+            with map_transport_errors():
+                response = await client.send(request, stream=True)
+        except BaseException:
+            in_flight.release()
+            raise
         try:
             if response.status_code >= 400:
                 with map_transport_errors():
@@ -230,8 +263,9 @@ class Executor:
                     break
                 for data in decoder.feed(chunk):
                     frames.extend(translator.feed(data))
-            return OpenStream(deployment, translator, response, frames, decoder, chunks)
+            return OpenStream(deployment, translator, response, frames, decoder, chunks, in_flight)
         except BaseException:
+            in_flight.release()
             await response.aclose()
             raise
 

@@ -18,7 +18,7 @@ import structlog
 
 from gateway.auth.principal import Principal
 from gateway.dispatch.executor import Attempts, Executor, OpenStream
-from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError
+from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import cost_of, uncached_cost_of
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
@@ -28,7 +28,7 @@ from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import BatchPin, PinStore, PinStoreUnavailable, new_pin
-from gateway.routing.policy import RoutePlan, eligible_deployments, plan_route, rendezvous_choice
+from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
@@ -89,17 +89,19 @@ class ProxyService:
         open_circuits = self._health.open_circuits()
         if directives.batch is None:
             return plan_route(eligible, directives, open_circuits, None, self._rng), None
+        key = f"{team}:{directives.batch}"
         try:
             pin = await self._pins.touch(team, directives.batch, joined_at=ctx.created_at)
             if pin is None:
-                first = plan_route(eligible, directives, open_circuits, None, self._rng).first
+                first = batch_placement(key, eligible, directives, open_circuits)
                 pin = await self._pins.place(new_pin(team, directives.batch, first, ctx.created_at))
             self.pins_degraded = False
         except PinStoreUnavailable:
             if not self.pins_degraded:
                 log.warning("batch_pins_degraded", reason="pin store unreachable; using rendezvous hashing")
             self.pins_degraded = True
-            chosen = rendezvous_choice(f"{team}:{directives.batch}", eligible)
+            # Health is not shared without the store either: ignore circuits so processes agree.
+            chosen = batch_placement(key, eligible, directives, frozenset())
             return plan_route(eligible, directives, open_circuits, chosen.id, self._rng), None
         return plan_route(eligible, directives, open_circuits, pin.deployment, self._rng), pin
 
@@ -114,18 +116,15 @@ class ProxyService:
         if pin.confirmed or pin.moves > 0 or ctx.moved:
             return None
         eligible = eligible_deployments(ctx.parsed.model, ctx.directives, ctx.principal, self._table)
-        open_circuits = self._health.open_circuits() | {failed.id}
-        others = [d for d in eligible if d.id not in open_circuits]
-        if not others:
-            return None
-        target = plan_route(others, ctx.directives, frozenset(), None, self._rng).first
+        others = [d for d in eligible if d.id != failed.id]
         try:
-            moved = await self._pins.move(pin, target)
-        except PinStoreUnavailable:
-            return None
-        if moved.deployment == failed.id:
-            return None
-        target = next((d for d in eligible if d.id == moved.deployment), None)
+            choice = batch_placement(
+                f"{pin.team_id}:{pin.batch_id}", others, ctx.directives, self._health.open_circuits()
+            )
+            moved = await self._pins.move(pin, choice)
+        except (UpstreamUnavailable, PinStoreUnavailable):
+            return None  # nowhere healthy to go, or no store to agree through: the pin stays
+        target = next((d for d in eligible if d.id == moved.deployment and d.id != failed.id), None)
         ctx.moved = target is not None
         return None if target is None else (moved, target)
 
@@ -163,7 +162,7 @@ class ProxyService:
                 if not exc.retryable:
                     raise
                 moved = None if pin is None or candidates else await self._replacement(ctx, pin, deployment)
-                if moved is not None:  # at most once per request: the moved pin has moves > 0
+                if moved is not None:  # at most once per request (ctx.moved)
                     pin, moved_to = moved
                     log.info("batch_moved", batch=pin.batch_id, to=moved_to.id, request_id=ctx.request_id)
                     candidates = [moved_to]

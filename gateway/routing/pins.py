@@ -16,6 +16,7 @@ import msgspec
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
+from redis.typing import EncodableT
 
 from gateway.errors import GatewayError
 from gateway.routing.deployment import Deployment
@@ -151,7 +152,9 @@ local function join(key, v, joined)
 end
 """
 # KEYS[1] pin hash, KEYS[2] index zset; ARGV: now, ttl_ms, member, joined_at or ''
-_TOUCH = _JOIN + """
+_TOUCH = (
+    _JOIN
+    + """
 local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 if not v[1] then return false end
 local created = join(KEYS[1], v, ARGV[4])
@@ -160,8 +163,11 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
 return {v[1], v[2] or '0', ARGV[1], created}
 """
+)
 # ARGV: pin json, created (its arrival time), ttl_ms, member, now
-_PLACE = _JOIN + """
+_PLACE = (
+    _JOIN
+    + """
 local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 local created = ARGV[2]
 if v[1] then
@@ -175,6 +181,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
 return {v[1], v[2] or '0', ARGV[5], created}
 """
+)
 # KEYS[1] pin hash; ARGV: deployment
 _CONFIRM = """
 local v = redis.call('HGET', KEYS[1], 'pin')
@@ -182,7 +189,9 @@ if v and cjson.decode(v)['deployment'] == ARGV[1] then redis.call('HSET', KEYS[1
 return 0
 """
 # KEYS[1] pin hash; ARGV: expected deployment, new pin json, now, ttl_ms
-_MOVE = _JOIN + """
+_MOVE = (
+    _JOIN
+    + """
 local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 if not v[1] then return false end
 local created = join(KEYS[1], v, '')
@@ -193,6 +202,7 @@ redis.call('HSET', KEYS[1], 'pin', ARGV[2], 'last_used', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {ARGV[2], '0', ARGV[3], created}
 """
+)
 
 
 class RedisPinStore:
@@ -225,7 +235,7 @@ class RedisPinStore:
             pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]), created_at=float(reply[3])
         )
 
-    async def _run(self, script: AsyncScript, keys: list[str], args: list[object]) -> list[bytes] | None:
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[EncodableT]) -> list[bytes] | None:
         try:
             reply: list[bytes] | None = await script(keys=keys, args=args)
         except RedisError as exc:
@@ -235,12 +245,14 @@ class RedisPinStore:
     async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
         key = self._key(team_id, batch_id)
         joined = "" if joined_at is None else repr(joined_at)
-        reply = await self._run(self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined])
+        reply = await self._run(
+            self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined]
+        )
         return self._decode(reply)
 
     async def place(self, pin: BatchPin) -> BatchPin:
         key = self._key(pin.team_id, pin.batch_id)
-        args: list[object] = [msgspec.json.encode(pin), repr(pin.created_at), self._ttl_ms, key]
+        args: list[EncodableT] = [msgspec.json.encode(pin), repr(pin.created_at), self._ttl_ms, key]
         reply = await self._run(self._place, [key, self.INDEX], [*args, repr(time.time())])
         placed = self._decode(reply)
         assert placed is not None
@@ -254,7 +266,7 @@ class RedisPinStore:
         moved = msgspec.structs.replace(
             pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
         )
-        args: list[object] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
+        args: list[EncodableT] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
         reply = await self._run(self._move, [self._key(pin.team_id, pin.batch_id)], args)
         return self._decode(reply) or pin
 

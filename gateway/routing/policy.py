@@ -39,41 +39,55 @@ def eligible_deployments(
         raise ModelNotFound(f"The model '{model}' does not exist", param="model")
     if not principal.may_use_model(model):
         raise PermissionDenied(f"This key may not use the model '{model}'", param="model")
-    allowed_regions = principal.allowed_regions
+    _check_names(directives, principal, table)
+    wanted = [
+        d
+        for d in deployments
+        if (directives.region is None or d.region == directives.region)
+        and (not directives.providers or d.provider.name in directives.providers)
+    ]
+    if not wanted:
+        available = ", ".join(f"{d.provider.name} ({d.region})" for d in deployments)
+        raise NoRoute(
+            f"No deployment of '{model}' matches the routing directives; '{model}' is served by: {available}",
+            param="model",
+        )
+    allowed = principal.allowed_regions
+    chosen = [d for d in wanted if allowed is None or d.region in allowed]
+    if not chosen:  # the directives name only deployments outside the key's regions
+        raise _residency_denied(
+            allowed or frozenset(), "X-Gateway-Provider" if directives.providers else "model"
+        )
+    if directives.providers:
+        chosen.sort(key=lambda d: directives.providers.index(d.provider.name))
+    return tuple(chosen)
+
+
+def _check_names(directives: Directives, principal: Principal, table: DeploymentTable) -> None:
+    """Unknown names are a 400 listing what exists; a region outside the key's is a 403."""
     if directives.region is not None:
         if directives.region not in table.regions:
             raise NoRoute(
                 f"Unknown region '{directives.region}'; regions: {', '.join(sorted(table.regions))}",
                 param="X-Gateway-Region",
             )
-        if allowed_regions is not None and directives.region not in allowed_regions:
-            raise PermissionDenied(
-                f"This key may only be served in: {', '.join(sorted(allowed_regions))}",
-                param="X-Gateway-Region",
-                code="region_not_allowed",
-            )
+        allowed = principal.allowed_regions
+        if allowed is not None and directives.region not in allowed:
+            raise _residency_denied(allowed, "X-Gateway-Region")
     unknown = [p for p in directives.providers if p not in table.providers]
     if unknown:
         raise NoRoute(
             f"Unknown provider(s) {', '.join(unknown)}; providers: {', '.join(sorted(table.providers))}",
             param="X-Gateway-Provider",
         )
-    chosen = [
-        d
-        for d in deployments
-        if (directives.region is None or d.region == directives.region)
-        and (not directives.providers or d.provider.name in directives.providers)
-        and (allowed_regions is None or d.region in allowed_regions)
-    ]
-    if directives.providers:
-        chosen.sort(key=lambda d: directives.providers.index(d.provider.name))
-    if not chosen:
-        available = ", ".join(f"{d.provider.name} ({d.region})" for d in deployments)
-        raise NoRoute(
-            f"No deployment of '{model}' matches the routing directives; '{model}' is served by: {available}",
-            param="model",
-        )
-    return tuple(chosen)
+
+
+def _residency_denied(allowed: frozenset[str], param: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"This key may only be served in: {', '.join(sorted(allowed)) or '(no region)'}",
+        param=param,
+        code="region_not_allowed",
+    )
 
 
 def plan_route(
@@ -101,6 +115,22 @@ def plan_route(
     ordered = healthy if directives.providers else weighted_order(healthy, rng)
     bound = directives.batch is not None or directives.fallback is Fallback.NEVER
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
+
+
+def batch_placement(
+    key: str, eligible: Sequence[Deployment], directives: Directives, open_circuits: frozenset[str]
+) -> Deployment:
+    """Where a new batch goes: the preferred provider if one was named, else a rendezvous choice.
+
+    Rendezvous hashing on `key` (team and batch id) weighs deployments like a weighted draw across
+    batches, yet every process computes the same answer: the degraded mode (no shared pin store)
+    then agrees with the pins placed while the store was up.
+    """
+    healthy = [d for d in eligible if d.id not in open_circuits]
+    if not healthy:
+        names = ", ".join(d.id for d in eligible)
+        raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
+    return healthy[0] if directives.providers else rendezvous_choice(key, healthy)
 
 
 def weighted_order(deployments: Sequence[Deployment], rng: random.Random) -> list[Deployment]:

@@ -1,0 +1,216 @@
+"""The batch flow of the proxy service: pins placed, confirmed, moved once; fallback; degraded mode.
+
+The executor is faked at its seam (it is the only thing that talks to upstreams): each deployment
+answers from a script, and every attempt is recorded. Pins live in a real store (memory or fakeredis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+from gateway.dispatch.executor import Attempts
+from gateway.errors import (
+    PinnedProviderUnavailable,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamUnavailable,
+)
+from gateway.metering.events import UsageEvent
+from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamResponse
+from gateway.proxy.request import parse_request
+from gateway.proxy.service import ProxyContext, ProxyService
+from gateway.routing.deployment import Deployment
+from gateway.routing.directives import Directives, Fallback
+from gateway.routing.health import HealthBoard
+from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
+from gateway.routing.policy import rendezvous_choice
+from gateway.settings import CircuitSettings, RetrySettings
+from tests.unit.routing.catalog import CHAT, TABLE, principal
+
+RETRY = RetrySettings(max_attempts=3)
+US, EU, CLAUDE = CHAT["openai-us"], CHAT["vllm-eu"], CHAT["claude-us"]
+BODY = b'{"model": "chat", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+@dataclass
+class FakeExecutor:
+    """Deployments in `failing` answer 503 (retryable); the rest succeed. Records each attempt."""
+
+    failing: set[str] = field(default_factory=set)
+    error: type[UpstreamError] = UpstreamUnavailable
+    sent: list[str] = field(default_factory=list)
+
+    async def send(
+        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+    ) -> UpstreamResponse:
+        for _ in range(max_attempts):
+            attempts.count += 1
+            self.sent.append(deployment.id)
+            await asyncio.sleep(0)
+            if deployment.id not in self.failing:
+                return UpstreamResponse(body=b"{}", usage=TokenUsage(prompt_tokens=3, completion_tokens=2))
+        raise self.error("injected")
+
+
+@dataclass
+class Sink:
+    events: list[UsageEvent] = field(default_factory=list)
+
+    async def append(self, event: UsageEvent) -> None:
+        self.events.append(event)
+
+
+@dataclass
+class Harness:
+    service: ProxyService
+    executor: FakeExecutor
+    pins: PinStore
+    health: HealthBoard
+    sink: Sink
+
+    async def call(self, directives: Directives = Directives(), team: str = "team-1") -> Deployment:
+        parsed = parse_request(BODY, Endpoint.CHAT, 100)
+        ctx = ProxyContext(f"req-{random.random()}", principal(team), parsed, directives)
+        return (await self.service.complete(ctx)).deployment
+
+
+def harness(pins: PinStore | None = None, seed: int = 0) -> Harness:
+    health = HealthBoard([d.id for d in TABLE.all()], CircuitSettings(failure_threshold=1000))
+    executor, sink = FakeExecutor(), Sink()
+    store = pins or MemoryPinStore(3600)
+    service = ProxyService(TABLE, store, health, executor, sink, RETRY, rng=random.Random(seed))  # type: ignore[arg-type]
+    return Harness(service, executor, store, health, sink)
+
+
+@pytest.fixture(params=["memory", "fakeredis"])
+async def pins(request: pytest.FixtureRequest) -> PinStore:
+    if request.param == "memory":
+        return MemoryPinStore(3600)
+    return RedisPinStore(fakeredis.FakeAsyncRedis(), 3600)
+
+
+async def test_a_batch_stays_on_one_deployment(pins: PinStore) -> None:
+    h = harness(pins)
+    served = await asyncio.gather(*(h.call(Directives(batch="b1")) for _ in range(100)))
+    assert len({d.id for d in served}) == 1
+    pin = await pins.touch("team-1", "b1")
+    assert pin is not None and pin.deployment == served[0].id and pin.confirmed
+
+
+async def test_batches_spread_over_deployments(pins: PinStore) -> None:
+    h = harness(pins)
+    served = Counter([(await h.call(Directives(batch=f"b{i}"))).provider.name for i in range(60)])
+    assert set(served) == {"openai-us", "vllm-eu", "claude-us"}
+
+
+async def test_pinned_failure_is_503_and_never_moves_a_confirmed_batch(pins: PinStore) -> None:
+    h = harness(pins)
+    home = await h.call(Directives(batch="b1"))
+    h.executor.failing.add(home.id)
+    h.executor.sent.clear()
+    with pytest.raises(PinnedProviderUnavailable) as caught:
+        await h.call(Directives(batch="b1"))
+    assert caught.value.status == 503 and caught.value.code == "pinned_provider_unavailable"
+    assert h.executor.sent == [home.id] * RETRY.max_attempts
+    pin = await pins.touch("team-1", "b1")
+    assert pin is not None and pin.deployment == home.id
+    assert h.sink.events[-1].status == 503 and h.sink.events[-1].deployment == home.id
+
+
+async def test_an_unconfirmed_batch_moves_once_then_stays(pins: PinStore) -> None:
+    h = harness(pins)
+    directives = Directives(batch="b1", providers=("openai-us", "vllm-eu"))
+    h.executor.failing.add(US.id)
+    served = await asyncio.gather(*(h.call(directives) for _ in range(20)))
+    assert {d.id for d in served} == {EU.id}
+    pin = await pins.touch("team-1", "b1")
+    assert pin is not None and (pin.deployment, pin.moves, pin.confirmed) == (EU.id, 1, True)
+    h.executor.failing = {EU.id}
+    h.executor.sent.clear()
+    with pytest.raises(PinnedProviderUnavailable):
+        await h.call(directives)
+    assert set(h.executor.sent) == {EU.id}
+
+
+async def test_a_moved_batch_that_fails_again_stays_put(pins: PinStore) -> None:
+    h = harness(pins)
+    directives = Directives(batch="b1", providers=("openai-us", "vllm-eu", "claude-us"))
+    h.executor.failing = {US.id, EU.id}
+    with pytest.raises(PinnedProviderUnavailable):
+        await h.call(directives)
+    assert set(h.executor.sent) == {US.id, EU.id}
+    pin = await pins.touch("team-1", "b1")
+    assert pin is not None and (pin.deployment, pin.moves) == (EU.id, 1)
+
+
+async def test_non_retryable_errors_do_not_move_a_batch(pins: PinStore) -> None:
+    h = harness(pins)
+    h.executor.failing.add(US.id)
+    h.executor.error = UpstreamRejected
+    with pytest.raises(UpstreamRejected):
+        await h.call(Directives(batch="b1", providers=("openai-us", "vllm-eu")))
+    assert set(h.executor.sent) == {US.id}  # never moved to vllm-eu
+
+
+async def test_unbatched_requests_fall_back_once_per_deployment() -> None:
+    h = harness()
+    h.executor.failing = {US.id, EU.id}
+    served = await h.call()
+    assert served == CLAUDE
+    assert Counter(h.executor.sent)[US.id] <= 1 and Counter(h.executor.sent)[EU.id] <= 1
+
+
+async def test_unbatched_requests_exhausting_every_deployment_get_the_upstream_error() -> None:
+    h = harness()
+    h.executor.failing = {US.id, EU.id, CLAUDE.id}
+    h.executor.error = UpstreamRateLimited
+    with pytest.raises(UpstreamRateLimited):
+        await h.call()
+    last = h.executor.sent[-1]
+    assert Counter(h.executor.sent)[last] == RETRY.max_attempts  # the last one is retried in full
+
+
+async def test_fallback_never_retries_on_one_deployment() -> None:
+    h = harness()
+    h.executor.failing = {US.id, EU.id, CLAUDE.id}
+    with pytest.raises(UpstreamUnavailable) as caught:
+        await h.call(Directives(fallback=Fallback.NEVER))
+    assert not isinstance(caught.value, PinnedProviderUnavailable)
+    assert len(set(h.executor.sent)) == 1 and len(h.executor.sent) == RETRY.max_attempts
+
+
+async def test_open_circuits_steer_new_batches() -> None:
+    h = harness()
+    for _ in range(1000):
+        await h.health.record_failure(EU.id)
+        await h.health.record_failure(CLAUDE.id)
+    served = {(await h.call(Directives(batch=f"b{i}"))).id for i in range(20)}
+    assert served == {US.id}
+
+
+async def test_degraded_mode_uses_rendezvous_and_says_so() -> None:
+    dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
+    one, two = harness(RedisPinStore(dead, 3600), seed=1), harness(RedisPinStore(dead, 3600), seed=2)
+    for i in range(10):
+        directives = Directives(batch=f"b{i}")
+        expected = rendezvous_choice(f"team-1:b{i}", tuple(TABLE.by_model["chat"]))
+        assert await one.call(directives) == expected
+        assert await two.call(directives) == expected
+    assert one.service.pins_degraded and two.service.pins_degraded
+    await dead.aclose()
+
+
+async def test_every_request_is_metered_once_with_its_batch() -> None:
+    h = harness()
+    await asyncio.gather(*(h.call(Directives(batch="b1")) for _ in range(5)), h.call())
+    assert len(h.sink.events) == 6
+    assert Counter(e.batch_id for e in h.sink.events) == {"b1": 5, None: 1}
+    assert len({e.request_id for e in h.sink.events}) == 6
