@@ -33,5 +33,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+## The benchmark: nginx upstream, gateway + PostgreSQL + Redis, wrk (see docs/performance.md).
+bench: $(STAMP)
+	bench/run $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -7,8 +7,9 @@ Locations (each under its own prefix, so a provider's `base_url` picks the behav
   `text/event-stream`.
 - `/slow/v1/chat/completions`: the same JSON after 50 ms (the echo module's `echo_sleep`, a timer:
   nginx itself stays idle while it waits).
-- `/drip/v1/chat/completions`: an SSE stream whose chunks are flushed `drip_ms` apart, for
-  time-to-first-token and for holding many streams open.
+- `/drip/v1/chat/completions`: an SSE stream whose chunks are flushed `drip_ms` apart (a model
+  generating tokens), for time-to-first-token.
+- `/hold/v1/chat/completions`: the same with `hold_ms` between chunks, to hold many streams open.
 
 nginx answers POST on a static file with 405; `error_page 405 =200 $uri` turns that into a GET of
 the same file, which is the usual way to serve canned bodies to POST clients.
@@ -80,7 +81,7 @@ def _drip_directives(drip_ms: int) -> str:
     return "\n            ".join(lines[:-1])
 
 
-def render_config(root: Path, port: int, latency_ms: int, drip_ms: int) -> str:
+def render_config(root: Path, port: int, latency_ms: int, drip_ms: int, hold_ms: int) -> str:
     temp = root / "tmp"
     return f"""
 load_module {ECHO_MODULE};
@@ -114,6 +115,10 @@ http {{
             default_type text/event-stream;
             {_drip_directives(drip_ms)}
         }}
+        location = /hold/v1/chat/completions {{
+            default_type text/event-stream;
+            {_drip_directives(hold_ms)}
+        }}
     }}
 }}
 """
@@ -124,7 +129,8 @@ class Nginx:
     root: Path
     port: int
     latency_ms: int = 50
-    drip_ms: int = 100
+    drip_ms: int = 20
+    hold_ms: int = 1000
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -132,7 +138,7 @@ class Nginx:
         return f"http://127.0.0.1:{self.port}"
 
     def url(self, flavour: str) -> str:
-        """The chat-completions URL of one flavour: json, sse, slow or drip."""
+        """The chat-completions URL of one flavour: json, sse, slow, drip or hold."""
         return f"{self.base_url}/{flavour}/v1/chat/completions"
 
     def start(self, cpus: str | None) -> Nginx:
@@ -143,11 +149,11 @@ class Nginx:
             target.write_bytes(body)
         (self.root / "tmp").mkdir(exist_ok=True)
         conf = self.root / "nginx.conf"
-        conf.write_text(render_config(self.root, self.port, self.latency_ms, self.drip_ms))
+        conf.write_text(render_config(self.root, self.port, self.latency_ms, self.drip_ms, self.hold_ms))
         command = ["nginx", "-c", str(conf), "-p", str(self.root)]
         if cpus:
             command = ["taskset", "-c", cpus, *command]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # noqa: S603
         try:
             self._wait_ready()
         except BaseException:
