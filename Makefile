@@ -21,14 +21,14 @@ run: $(STAMP)
 
 ## Install, then lint, type-check and run every test (unit, integration, end-to-end).
 test: $(STAMP)
-	$(BIN)/ruff check gateway tests migrations
-	$(BIN)/ruff format --check gateway tests migrations
+	$(BIN)/ruff check gateway tests migrations bench
+	$(BIN)/ruff format --check gateway tests migrations bench
 	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway tests migrations
-	$(BIN)/ruff format --check gateway tests migrations
+	$(BIN)/ruff check gateway tests migrations bench
+	$(BIN)/ruff format --check gateway tests migrations bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -120,6 +120,7 @@ class Settings(msgspec.Struct, frozen=True):
     key_cache_ttl_s: float = 5.0
     metering_flush_interval_s: float = 0.2
     metering_batch_size: int = 1000
+    metering_reclaim_idle_s: float = 60.0  # a writer's unacked entries are taken over after this
 
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -144,6 +145,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
         log_format=log_format,
         key_cache_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_TTL_S", 5.0),
+        metering_reclaim_idle_s=_float_env(env, "GATEWAY_METERING_RECLAIM_IDLE_S", 60.0),
     )
 
 
@@ -173,11 +175,15 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
 def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping with providers and models")
     substituted = _substitute_env(raw, environ, path, "")

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 from litestar import Request, Response, delete, get
 
+from gateway.api.openapi_bodies import documented, json_schema
 from gateway.errors import InvalidRequest, NotFound
 from gateway.metering.pricing import money_str
 from gateway.metering.reports import batch_totals
@@ -34,6 +35,12 @@ class BatchView(msgspec.Struct):
     object: str = "gateway.batch"
 
 
+class BatchDeleted(msgspec.Struct):
+    id: str
+    deleted: bool = True
+    object: str = "gateway.batch"
+
+
 def _batch_id(batch_id: str) -> str:
     if not BATCH_ID.fullmatch(batch_id):
         raise InvalidRequest("A batch id is 1-128 characters of A-Za-z0-9._:-", param="batch_id")
@@ -49,7 +56,7 @@ async def _live_pin(request: Request, batch_id: str) -> tuple[str, BatchPin]:
     return principal.team_id, pin
 
 
-@get("/v1/gateway/batches/{batch_id:str}")
+@get("/v1/gateway/batches/{batch_id:str}", operation_class=documented(response=json_schema(BatchView)))
 async def get_batch(request: Request, batch_id: str) -> Response[bytes]:
     team_id, pin = await _live_pin(request, batch_id)
     async with services_of(request).sessions() as session:
@@ -75,14 +82,17 @@ async def get_batch(request: Request, batch_id: str) -> Response[bytes]:
     return Response(msgspec.json.encode(view), media_type="application/json")
 
 
-@delete("/v1/gateway/batches/{batch_id:str}", status_code=200)
+@delete(
+    "/v1/gateway/batches/{batch_id:str}",
+    status_code=200,
+    operation_class=documented(response=json_schema(BatchDeleted)),
+)
 async def delete_batch(request: Request, batch_id: str) -> Response[bytes]:
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     if not await services.pins.delete(principal.team_id, _batch_id(batch_id)):
         raise NotFound(f"No live batch '{batch_id}' for this team", param="batch_id", code="batch_not_found")
-    body = {"id": batch_id, "object": "gateway.batch", "deleted": True}
-    return Response(msgspec.json.encode(body), media_type="application/json")
+    return Response(msgspec.json.encode(BatchDeleted(batch_id)), media_type="application/json")
 
 
 BATCH_HANDLERS = [get_batch, delete_batch]

@@ -10,13 +10,20 @@ import structlog
 from litestar import Request, Response, get, post
 from litestar.response import Stream
 
+from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.errors import ModelNotFound
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
-from gateway.schemas.openai import Model, ModelList
+from gateway.schemas.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Model,
+    ModelList,
+)
 from gateway.services import Services, services_of
 
 log = structlog.get_logger("gateway.request")
@@ -60,17 +67,38 @@ async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stre
     )
 
 
-@post("/v1/chat/completions", status_code=200)
+_ANY_OBJECT = {"type": "object"}
+
+
+@post(
+    "/v1/chat/completions",
+    status_code=200,
+    operation_class=documented(
+        body=openai_body(ChatCompletionRequest), response=_ANY_OBJECT, streams=True, headers=DIRECTIVE_HEADERS
+    ),
+)
 async def chat_completions(request: Request) -> Response[bytes] | Stream:
     return await _proxy(request, Endpoint.CHAT)
 
 
-@post("/v1/completions", status_code=200)
+@post(
+    "/v1/completions",
+    status_code=200,
+    operation_class=documented(
+        body=openai_body(CompletionRequest), response=_ANY_OBJECT, streams=True, headers=DIRECTIVE_HEADERS
+    ),
+)
 async def completions(request: Request) -> Response[bytes] | Stream:
     return await _proxy(request, Endpoint.COMPLETIONS)
 
 
-@post("/v1/embeddings", status_code=200)
+@post(
+    "/v1/embeddings",
+    status_code=200,
+    operation_class=documented(
+        body=openai_body(EmbeddingRequest), response=_ANY_OBJECT, headers=DIRECTIVE_HEADERS
+    ),
+)
 async def embeddings(request: Request) -> Response[bytes]:
     response = await _proxy(request, Endpoint.EMBEDDINGS)
     assert not isinstance(response, Stream)
@@ -87,14 +115,14 @@ def _models_for(services: Services, request: Request) -> list[Model]:
     ]
 
 
-@get("/v1/models")
+@get("/v1/models", operation_class=documented(response=json_schema(ModelList)))
 async def list_models(request: Request) -> Response[bytes]:
     services = services_of(request)
     request.state.principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     return Response(msgspec.json.encode(ModelList(_models_for(services, request))), media_type=JSON)
 
 
-@get("/v1/models/{model_id:path}")
+@get("/v1/models/{model_id:path}", operation_class=documented(response=json_schema(Model)))
 async def get_model(request: Request, model_id: str) -> Response[bytes]:
     services = services_of(request)
     request.state.principal = await services.key_cache.authenticate(request.headers.get("authorization"))

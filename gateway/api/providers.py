@@ -6,6 +6,8 @@ import msgspec
 from litestar import Request, Response, get
 
 from gateway.api.admin.guards import require_admin
+from gateway.api.openapi_bodies import documented, json_schema
+from gateway.schemas.admin import Page
 from gateway.services import services_of
 
 
@@ -21,7 +23,7 @@ class DeploymentHealth(msgspec.Struct):
     in_flight: int
 
 
-@get("/admin/providers")
+@get("/admin/providers", operation_class=documented(response=json_schema(Page[DeploymentHealth])))
 async def list_providers(request: Request) -> Response[bytes]:
     services = services_of(request)
     require_admin(request, services.settings.admin_key)

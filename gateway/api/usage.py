@@ -10,6 +10,7 @@ import msgspec
 from litestar import Request, Response, get
 
 from gateway.api.admin.guards import require_admin
+from gateway.api.openapi_bodies import documented
 from gateway.errors import InvalidRequest
 from gateway.metering.reports import (
     ROW_FIELD,
@@ -95,13 +96,13 @@ async def _report(request: Request, team_id: str | None) -> Response[Any]:
     return _json({"object": "list", "data": [_row(r, query) for r in rows], "next_cursor": None})
 
 
-@get("/admin/usage")
+@get("/admin/usage", operation_class=documented())
 async def admin_usage(request: Request) -> Response[Any]:
     require_admin(request, services_of(request).settings.admin_key)
     return await _report(request, None)
 
 
-@get("/admin/usage/events")
+@get("/admin/usage/events", operation_class=documented())
 async def admin_usage_events(request: Request) -> Response[bytes]:
     require_admin(request, services_of(request).settings.admin_key)
     query = _query(request)
@@ -116,7 +117,7 @@ async def admin_usage_events(request: Request) -> Response[bytes]:
     return _json({"object": "list", "data": rows, "next_cursor": cursor})
 
 
-@get("/v1/gateway/usage")
+@get("/v1/gateway/usage", operation_class=documented())
 async def team_usage(request: Request) -> Response[Any]:
     """The same report, always limited to the caller's own team."""
     services = services_of(request)

@@ -50,10 +50,15 @@ class UsageBuffer(Protocol):
 
 
 class MemoryBuffer:
-    """An in-process bounded buffer: one gateway process, events kept until acked."""
+    """An in-process bounded buffer: one gateway process, events kept until acked.
 
-    def __init__(self, maxlen: int = 100_000) -> None:
+    It survives a database outage and a graceful stop (the writer drains it), not a crash: a
+    killed process loses what it held.
+    """
+
+    def __init__(self, maxlen: int = 100_000, id_prefix: str = "") -> None:
         self.maxlen = maxlen
+        self.id_prefix = id_prefix  # tells this buffer's ids apart when it backs another one
         self._entries: dict[str, UsageEvent] = {}
         self._waiting: deque[str] = deque()  # appended, not yet handed out
         self._handed_out: dict[str, float] = {}  # id -> monotonic time it was read
@@ -63,7 +68,7 @@ class MemoryBuffer:
     async def append(self, event: UsageEvent) -> None:
         if len(self._entries) >= self.maxlen:
             raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
-        entry_id = str(next(self._ids))
+        entry_id = f"{self.id_prefix}{next(self._ids)}"
         self._entries[entry_id] = event
         self._waiting.append(entry_id)
         self._arrived.set()

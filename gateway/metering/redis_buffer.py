@@ -5,6 +5,10 @@ consumer group, so each entry goes to one writer; an entry is acked and deleted 
 record is committed. Entries a dead writer left pending are taken over with XAUTOCLAIM. The stream
 is never trimmed by length (that would drop unwritten records): `append` refuses new events with
 MeteringBacklogFull once about `maxlen` entries are waiting.
+
+While Redis is unreachable, `append` keeps events in a bounded in-process spool instead of
+failing the request; `read` hands spooled events out first, so the writer persists them straight
+to the database without waiting for Redis. The spool is memory: a killed process loses it.
 """
 
 from __future__ import annotations
@@ -18,13 +22,15 @@ from typing import Any
 import msgspec
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
-from gateway.metering.buffer import MeteringBacklogFull
+from gateway.metering.buffer import MemoryBuffer, MeteringBacklogFull
 from gateway.metering.events import UsageEvent
 
 EVENT_FIELD = b"event"
 LENGTH_CHECK_EVERY = 100  # appends between two XLEN round trips, while far from the bound
+SPOOL_PREFIX = "spool:"  # ids of spooled events; stream ids are "<ms>-<seq>"
+REDIS_DOWN = (RedisError, OSError)
 
 
 def unique_consumer_name() -> str:
@@ -41,6 +47,7 @@ class RedisStreamBuffer:
         consumer: str | None = None,
         maxlen: int = 1_000_000,
         logger: structlog.typing.FilteringBoundLogger | None = None,
+        spool_maxlen: int = 100_000,
     ) -> None:
         self.redis = redis
         self.stream = stream
@@ -53,10 +60,25 @@ class RedisStreamBuffer:
         self._group_ready = False
         self._known_length = 0
         self._unchecked_appends = LENGTH_CHECK_EVERY  # the first append checks
+        self.spool = MemoryBuffer(maxlen=spool_maxlen, id_prefix=SPOOL_PREFIX)
+        self.spooling = False  # the last append found Redis unreachable
 
     async def append(self, event: UsageEvent) -> None:
+        try:
+            await self._append_to_stream(event)
+        except REDIS_DOWN as exc:
+            if not self.spooling:
+                self._log.warning("usage_buffer_spooling", stream=self.stream, error=type(exc).__name__)
+            self.spooling = True
+            await self.spool.append(event)  # MeteringBacklogFull once the spool is full too
+            return
+        if self.spooling:
+            self._log.info("usage_buffer_recovered", stream=self.stream, spooled=await self.spool.depth())
+        self.spooling = False
+
+    async def _append_to_stream(self, event: UsageEvent) -> None:
         if self._length_check_due():
-            self._known_length = await self.depth()
+            self._known_length = int(await self.redis.xlen(self.stream))
             self._unchecked_appends = 0
             if self._known_length >= self.maxlen:
                 raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
@@ -72,6 +94,9 @@ class RedisStreamBuffer:
         return near_bound or self._unchecked_appends >= LENGTH_CHECK_EVERY
 
     async def read(self, max_count: int, block_ms: int) -> list[tuple[str, UsageEvent]]:
+        spooled = await self.spool.read(max_count, block_ms=0)
+        if spooled:
+            return spooled
         response = await self._group_call(
             self.redis.xreadgroup,
             self.group,
@@ -83,6 +108,8 @@ class RedisStreamBuffer:
         return await self._decode(_stream_entries(response))
 
     async def ack(self, ids: list[str]) -> None:
+        await self.spool.ack([i for i in ids if i.startswith(SPOOL_PREFIX)])
+        ids = [i for i in ids if not i.startswith(SPOOL_PREFIX)]
         if not ids:
             return
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -91,9 +118,15 @@ class RedisStreamBuffer:
             await pipe.execute()
 
     async def depth(self) -> int:
-        return int(await self.redis.xlen(self.stream))
+        """Stream entries plus spooled events; the last length seen while Redis is unreachable."""
+        try:
+            self._known_length = int(await self.redis.xlen(self.stream))
+        except REDIS_DOWN:
+            pass
+        return self._known_length + await self.spool.depth()
 
     async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:
+        """Stream entries only: spooled ones belong to this process's writer, which holds them."""
         claimed: list[tuple[Any, Any]] = []
         start: Any = "0-0"
         while len(claimed) < max_count:

@@ -39,16 +39,19 @@ class UsageWriter:
         logger: structlog.typing.FilteringBoundLogger | None = None,
         *,
         reclaim_idle_ms: int = 60_000,
-        reclaim_interval_s: float = 30.0,
+        reclaim_interval_s: float | None = None,
         backoff_base_s: float = 0.1,
-        backoff_max_s: float = 10.0,
+        backoff_max_s: float = 2.0,
     ) -> None:
         self.buffer = buffer
         self.session_factory = session_factory
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.reclaim_idle_ms = reclaim_idle_ms
-        self.reclaim_interval_s = reclaim_interval_s
+        # Look for orphans twice per idle period (at most every 30 s): one is taken over within 1.5x.
+        self.reclaim_interval_s = (
+            min(reclaim_idle_ms / 2000, 30.0) if reclaim_interval_s is None else reclaim_interval_s
+        )
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.records_written = 0  # committed (a duplicate of an existing record counts too)
@@ -85,6 +88,8 @@ class UsageWriter:
             if task is not None:
                 task.cancel()
             self._log.warning("usage_writer_drain_timeout", timeout_s=drain_timeout_s)
+        except Exception as exc:  # the buffer is unreachable: what it holds stays there, unacked
+            self._note_error("usage_writer_drain_incomplete", exc)
 
     async def flush(self) -> None:
         """Write everything buffered right now (tests, shutdown)."""
@@ -104,7 +109,11 @@ class UsageWriter:
         if now < self._next_reclaim:
             return []
         self._next_reclaim = now + self.reclaim_interval_s
-        entries = await self.buffer.reclaim(self.reclaim_idle_ms, self.batch_size)
+        try:
+            entries = await self.buffer.reclaim(self.reclaim_idle_ms, self.batch_size)
+        except Exception as exc:  # the stream is unreachable; spooled events can still be written
+            self._note_error("usage_reclaim_failed", exc)
+            return []
         if entries:
             self._log.info("usage_entries_reclaimed", count=len(entries))
         return entries

@@ -55,6 +55,8 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         raise InvalidRequest("The request body must be a JSON object") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:  # msgspec's guard against a stack overflow: `[[[[...` a few KB deep
+        raise InvalidRequest("The request body is nested too deeply") from None
     gateway_object = body.pop("gateway", None)
     try:
         typed = msgspec.convert(body, _TYPED[endpoint])

@@ -6,7 +6,7 @@ absent field (`UNSET`: keep) from an explicit `null` (clear the restriction).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Generic, TypeVar
 
@@ -16,19 +16,33 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 T = TypeVar("T")
 
 Name = Annotated[str, Meta(min_length=1, max_length=200)]
-Limit = Annotated[int, Meta(ge=1)]
+Limit = Annotated[int, Meta(ge=1, le=2**31 - 1)]  # the columns are 32-bit integers
 Names = list[Annotated[str, Meta(min_length=1, max_length=200)]]
 AwareDatetime = Annotated[datetime, Meta(tz=True)]
-ExpiresInS = Annotated[int, Meta(ge=1)]
+ExpiresInS = Annotated[int, Meta(ge=1, le=100 * 366 * 86_400)]  # a century: beyond it dates overflow
 
 # Money is Numeric(20, 10): ten integer digits at most.
 MAX_BUDGET_USD = Decimal(10) ** 10
+MONEY_SCALE = Decimal(10) ** -10
 
 
 def check_budget(value: Decimal | UnsetType | None) -> None:
     """Raise ValueError (msgspec turns it into a ValidationError) for a budget no one means."""
-    if isinstance(value, Decimal) and not (value.is_finite() and 0 <= value < MAX_BUDGET_USD):
+    if not isinstance(value, Decimal):
+        return
+    # Compared as stored (ten decimal places): 9999999999.99999999999 rounds up to 10^10.
+    if not (value.is_finite() and 0 <= value < MAX_BUDGET_USD and value.quantize(MONEY_SCALE) < MAX_BUDGET_USD):
         raise ValueError("`monthly_budget_usd` must be a non-negative amount below 10^10 USD")
+
+
+def in_utc(moment: datetime | UnsetType | None) -> datetime | UnsetType | None:
+    """The same instant in UTC: SQLite keeps no offset, so a stored +02:00 would be read back 2 h off."""
+    if not isinstance(moment, datetime):
+        return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-05:00 is past the last representable UTC instant
+        raise ValueError("`expires_at` is out of range") from None
 
 
 class TeamCreate(Struct, forbid_unknown_fields=True):
@@ -81,6 +95,7 @@ class KeyCreate(Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
+        self.expires_at = in_utc(self.expires_at)  # type: ignore[assignment]
         if self.expires_at is not None and self.expires_in_s is not None:
             raise ValueError("`expires_at` and `expires_in_s` are alternatives: give one of them")
 
@@ -96,6 +111,7 @@ class KeyUpdate(Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
+        self.expires_at = in_utc(self.expires_at)
 
 
 class KeyOut(Struct):

@@ -6,13 +6,17 @@ untouched) and then converted into these Structs to validate the fields the gate
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 # --- requests ---------------------------------------------------------------------------------
 
 CacheControl = dict[str, Any]  # {"type": "ephemeral", "ttl": "5m" | "1h"}
+# A prompt or embedding input given as a list: strings, token ids or token-id lists, never empty.
+TokenIds = Annotated[list[int], Meta(min_length=1)]
+TextList = Annotated[list[str | int | TokenIds], Meta(min_length=1)]
 
 
 class ContentPart(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -84,7 +88,7 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
-    prompt: str | list[str | int | list[int]] | None = None
+    prompt: str | TextList | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     max_tokens: int | None = None
@@ -93,7 +97,7 @@ class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class EmbeddingRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
-    input: str | list[str | int | list[int]]
+    input: str | TextList
     encoding_format: str | None = None
     dimensions: int | None = None
 

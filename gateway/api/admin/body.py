@@ -33,7 +33,8 @@ def page_params(limit: str | None, cursor: str | None) -> tuple[int, str | None]
     """`?limit=` (1..200, default 50) and the opaque `?cursor=` of a list endpoint."""
     if limit is None:
         return DEFAULT_PAGE_SIZE, cursor or None
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_PAGE_SIZE:
+    # isdecimal() alone admits other scripts' digits; int() rejects some of them ("³").
+    if not (limit.isascii() and limit.isdecimal()) or not 1 <= int(limit) <= MAX_PAGE_SIZE:
         raise InvalidRequest(f"`limit` must be an integer from 1 to {MAX_PAGE_SIZE}.", param="limit")
     return int(limit), cursor or None
 

@@ -10,6 +10,7 @@ from gateway.api.admin.body import decode_body, page_params
 from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import key_created, key_out
+from gateway.api.openapi_bodies import documented, json_schema
 from gateway.db import keys
 from gateway.schemas.admin import KeyCreate, KeyCreated, KeyOut, KeyUpdate, Page
 
@@ -20,14 +21,14 @@ class KeyController(Controller):
     guards = [admin_guard]
     dependencies = ADMIN_DEPENDENCIES
 
-    @post("/", status_code=201)
+    @post("/", status_code=201, operation_class=documented(body=json_schema(KeyCreate)))
     async def create_key(self, request: Request, services: NamedDependency[AdminServices]) -> KeyCreated:
         spec = decode_body(await request.body(), KeyCreate)
         async with services.sessions.begin() as session:
             key, secret = await keys.create_key(session, spec)
             return key_created(key, secret)
 
-    @get("/")
+    @get("/", operation_class=documented())
     async def list_keys(
         self,
         services: NamedDependency[AdminServices],
@@ -40,12 +41,12 @@ class KeyController(Controller):
             rows, next_cursor = await keys.list_keys(session, team_id=team_id, limit=size, cursor=after)
             return Page([key_out(key) for key in rows], next_cursor)
 
-    @get("/{key_id:str}")
+    @get("/{key_id:str}", operation_class=documented())
     async def get_key(self, services: NamedDependency[AdminServices], key_id: FromPath[str]) -> KeyOut:
         async with services.sessions() as session:
             return key_out(await keys.get_key(session, key_id))
 
-    @patch("/{key_id:str}")
+    @patch("/{key_id:str}", operation_class=documented(body=json_schema(KeyUpdate)))
     async def update_key(
         self, request: Request, services: NamedDependency[AdminServices], key_id: FromPath[str]
     ) -> KeyOut:
@@ -56,7 +57,7 @@ class KeyController(Controller):
         await services.key_cache.invalidate(key_hash)  # after the commit, or a reload could see the old row
         return out
 
-    @delete("/{key_id:str}", status_code=200)
+    @delete("/{key_id:str}", status_code=200, operation_class=documented())
     async def revoke_key(self, services: NamedDependency[AdminServices], key_id: FromPath[str]) -> KeyOut:
         async with services.sessions.begin() as session:
             key = await keys.revoke_key(session, key_id)

@@ -10,6 +10,7 @@ from gateway.api.admin.body import decode_body, page_params
 from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import team_out
+from gateway.api.openapi_bodies import documented, json_schema
 from gateway.db import teams
 from gateway.schemas.admin import Page, TeamCreate, TeamOut, TeamUpdate
 
@@ -20,13 +21,13 @@ class TeamController(Controller):
     guards = [admin_guard]
     dependencies = ADMIN_DEPENDENCIES
 
-    @post("/", status_code=201)
+    @post("/", status_code=201, operation_class=documented(body=json_schema(TeamCreate)))
     async def create_team(self, request: Request, services: NamedDependency[AdminServices]) -> TeamOut:
         spec = decode_body(await request.body(), TeamCreate)
         async with services.sessions.begin() as session:
             return team_out(await teams.create_team(session, spec))
 
-    @get("/")
+    @get("/", operation_class=documented())
     async def list_teams(
         self,
         services: NamedDependency[AdminServices],
@@ -38,12 +39,12 @@ class TeamController(Controller):
             rows, next_cursor = await teams.list_teams(session, limit=size, cursor=after)
             return Page([team_out(team) for team in rows], next_cursor)
 
-    @get("/{team_id:str}")
+    @get("/{team_id:str}", operation_class=documented())
     async def get_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
         async with services.sessions() as session:
             return team_out(await teams.get_team(session, team_id))
 
-    @patch("/{team_id:str}")
+    @patch("/{team_id:str}", operation_class=documented(body=json_schema(TeamUpdate)))
     async def update_team(
         self, request: Request, services: NamedDependency[AdminServices], team_id: FromPath[str]
     ) -> TeamOut:
@@ -56,7 +57,7 @@ class TeamController(Controller):
             await services.key_cache.invalidate(key_hash)
         return out
 
-    @delete("/{team_id:str}", status_code=200)
+    @delete("/{team_id:str}", status_code=200, operation_class=documented())
     async def delete_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
         async with services.sessions.begin() as session:
             team, revoked = await teams.delete_team(session, team_id)
