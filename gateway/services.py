@@ -92,13 +92,16 @@ def open_services(settings: Settings) -> Services:
     health: HealthBoard
     pins: PinStore
     if settings.redis_url:
-        # A blocking pool: a burst of concurrent requests waits for a connection instead of failing.
+        # A blocking pool: a burst of requests waits for a connection instead of failing. No
+        # socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a
+        # dead Redis still fails fast on connect, and health checks find half-open sockets.
         pool = BlockingConnectionPool.from_url(
             settings.redis_url,
             max_connections=1024,
-            timeout=2.0,
-            socket_timeout=2.0,
+            timeout=5.0,
             socket_connect_timeout=2.0,
+            socket_keepalive=True,
+            health_check_interval=10,
         )
         redis = Redis(connection_pool=pool)
         consumer = f"{socket.gethostname()}-{os.getpid()}"

@@ -50,7 +50,7 @@ def _batch_id(batch_id: str) -> str:
 async def _live_pin(request: Request, batch_id: str) -> tuple[str, BatchPin]:
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
-    pin = await services.pins.touch(principal.team_id, _batch_id(batch_id))
+    pin = await services.pins.touch(principal.team_id, _batch_id(batch_id), recent=False)
     if pin is None:
         raise NotFound(f"No live batch '{batch_id}' for this team", param="batch_id", code="batch_not_found")
     return principal.team_id, pin

@@ -55,10 +55,13 @@ def new_pin(team_id: str, batch_id: str, deployment: Deployment, now: float) -> 
 
 
 class PinStore(Protocol):
-    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
+    async def touch(
+        self, team_id: str, batch_id: str, joined_at: float | None = None, *, recent: bool = True
+    ) -> BatchPin | None:
         """Return the live pin and push its idle expiry back, or None.
 
         `joined_at`: the arrival time of the request joining the batch (None for a mere read).
+        `recent=False`: ask the shared store itself, not a copy this process read a moment ago.
         """
         ...
 
@@ -98,7 +101,9 @@ class MemoryPinStore:
         self._pins[(pin.team_id, pin.batch_id)] = used
         return used
 
-    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
+    async def touch(
+        self, team_id: str, batch_id: str, joined_at: float | None = None, *, recent: bool = True
+    ) -> BatchPin | None:
         pin = self._live((team_id, batch_id))
         return None if pin is None else self._use(pin, joined_at)
 
@@ -213,8 +218,17 @@ class RedisPinStore:
 
     INDEX = "gw:pins"
 
-    def __init__(self, redis: Redis, idle_ttl_s: float, prefix: str = "gw:pin:") -> None:
+    CACHE_LIMIT = 10_000
+
+    def __init__(
+        self, redis: Redis, idle_ttl_s: float, prefix: str = "gw:pin:", confirmed_cache_s: float = 1.0
+    ) -> None:
         self._redis = redis
+        # A confirmed pin never moves, so a process may reuse what it read for a moment: one
+        # Redis round trip per batch per second instead of one per request. Only a DELETE from
+        # another process is seen up to `confirmed_cache_s` late.
+        self._cache_s = confirmed_cache_s
+        self._confirmed: dict[str, tuple[BatchPin, float]] = {}
         self._ttl_ms = max(1, int(idle_ttl_s * 1000))
         self._ttl_s = idle_ttl_s
         self._prefix = prefix
@@ -242,13 +256,31 @@ class RedisPinStore:
             raise PinStoreUnavailable("batch pin store unreachable") from exc
         return reply
 
-    async def touch(self, team_id: str, batch_id: str, joined_at: float | None = None) -> BatchPin | None:
+    async def touch(
+        self, team_id: str, batch_id: str, joined_at: float | None = None, *, recent: bool = True
+    ) -> BatchPin | None:
         key = self._key(team_id, batch_id)
+        cached = self._confirmed.get(key) if recent else None
+        if cached is not None:
+            known, read_at = cached
+            fresh = time.monotonic() - read_at < self._cache_s
+            if fresh and (joined_at is None or joined_at >= known.created_at):
+                return known
         joined = "" if joined_at is None else repr(joined_at)
         reply = await self._run(
             self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined]
         )
-        return self._decode(reply)
+        pin = self._decode(reply)
+        self._remember(key, pin)
+        return pin
+
+    def _remember(self, key: str, pin: BatchPin | None) -> None:
+        if pin is None or not pin.confirmed:
+            self._confirmed.pop(key, None)
+            return
+        if len(self._confirmed) >= self.CACHE_LIMIT:
+            self._confirmed.clear()
+        self._confirmed[key] = (pin, time.monotonic())
 
     async def place(self, pin: BatchPin) -> BatchPin:
         key = self._key(pin.team_id, pin.batch_id)
@@ -272,6 +304,7 @@ class RedisPinStore:
 
     async def delete(self, team_id: str, batch_id: str) -> bool:
         key = self._key(team_id, batch_id)
+        self._confirmed.pop(key, None)
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(key)

@@ -219,3 +219,25 @@ async def test_unreachable_redis_raises_pin_store_unavailable() -> None:
     with pytest.raises(PinStoreUnavailable):
         await store.place(pin_for("b", US))
     await redis.aclose()
+
+
+async def test_a_confirmed_pin_is_reused_for_a_moment_without_asking_redis() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    store = RedisPinStore(redis, 60, confirmed_cache_s=0.3)
+    await store.place(pin_for("b", US))
+    await store.confirm("team-1", "b", US.id)
+    assert (await store.touch("team-1", "b")) is not None  # read and remembered
+    await redis.flushdb()  # the pin vanishes behind the store's back
+    assert (await store.touch("team-1", "b")) is not None, "served from the moment's copy"
+    assert (await store.touch("team-1", "b", recent=False)) is None, "a fresh read sees the truth"
+    await asyncio.sleep(0.35)
+    assert (await store.touch("team-1", "b")) is None, "the copy expires"
+
+
+async def test_an_unconfirmed_pin_is_always_read_from_redis() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    store = RedisPinStore(redis, 60, confirmed_cache_s=10)
+    await store.place(pin_for("b", US))
+    assert (await store.touch("team-1", "b")) is not None
+    await redis.flushdb()
+    assert (await store.touch("team-1", "b")) is None
