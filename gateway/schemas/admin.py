@@ -31,7 +31,9 @@ def check_budget(value: Decimal | UnsetType | None) -> None:
     if not isinstance(value, Decimal):
         return
     # Compared as stored (ten decimal places): 9999999999.99999999999 rounds up to 10^10.
-    if not (value.is_finite() and 0 <= value < MAX_BUDGET_USD and value.quantize(MONEY_SCALE) < MAX_BUDGET_USD):
+    if not (
+        value.is_finite() and 0 <= value < MAX_BUDGET_USD and value.quantize(MONEY_SCALE) < MAX_BUDGET_USD
+    ):
         raise ValueError("`monthly_budget_usd` must be a non-negative amount below 10^10 USD")
 
 

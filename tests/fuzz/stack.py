@@ -1,0 +1,73 @@
+"""An in-process gateway for the fuzz tests: the embedded default config (built-in mock providers),
+a migrated SQLite file, no Redis, one team with a real key, and the admin key."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from litestar import Litestar
+
+from gateway.app import create_app
+from gateway.db.migrate import upgrade_head_async
+from gateway.db.session import create_engine, session_factory
+from gateway.settings import Settings, load_settings
+from tests.support.gateway import REPO
+from tests.unit.auth.records import add_key, add_team
+
+ADMIN_KEY = "admin-fuzz-secret"
+DEFAULT_CONFIG = REPO / "config" / "gateway.yaml"
+
+
+@dataclass(frozen=True)
+class FuzzStack:
+    app: Litestar
+    settings: Settings
+    team_id: str
+    team_key: str
+
+    @property
+    def team_auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.team_key}"}
+
+    @property
+    def admin_auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def auth_for(self, path: str) -> dict[str, str]:
+        """The admin key on the admin API, the team key everywhere else."""
+        return self.admin_auth if path.startswith("/admin") else self.team_auth
+
+
+def fuzz_settings(directory: Path, config: Path = DEFAULT_CONFIG) -> Settings:
+    return load_settings(
+        {
+            "GATEWAY_CONFIG": str(config),
+            "GATEWAY_DATABASE_URL": f"sqlite:///{directory / 'gateway.db'}",
+            "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+            "GATEWAY_LOG_FORMAT": "json",
+            "PATH": os.environ.get("PATH", ""),
+        }
+    )
+
+
+async def prepare_database(settings: Settings) -> tuple[str, str]:
+    """Migrate the database and add one team with one key; returns (team id, key secret)."""
+    await upgrade_head_async(settings.database_url)
+    engine = create_engine(settings.database_url)
+    try:
+        sessions = session_factory(engine)
+        team = await add_team(sessions, "fuzzers")
+        _, secret = await add_key(sessions, team.id, "fuzz-key")
+    finally:
+        await engine.dispose()
+    return team.id, secret
+
+
+def build_stack(directory: Path, config: Path = DEFAULT_CONFIG) -> FuzzStack:
+    """For synchronous callers (schemathesis runs the app on its own event loop thread)."""
+    settings = fuzz_settings(directory, config)
+    team_id, secret = asyncio.run(prepare_database(settings))
+    return FuzzStack(create_app(settings), settings, team_id, secret)
