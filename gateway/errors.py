@@ -15,6 +15,7 @@ GatewayError
     ├── UpstreamTimeout (504)
     ├── UpstreamUnavailable (503)
     ├── UpstreamRateLimited (429 from the provider)
+    ├── UpstreamTooLarge (502, over the response size cap: never retried)
     ├── UpstreamRejected (4xx from the provider: passed on, never retried)
     └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
 """
@@ -160,6 +161,13 @@ class UpstreamRateLimited(UpstreamError):
     status = 429
     type = "rate_limit_error"
     code = "upstream_rate_limited"
+
+
+class UpstreamTooLarge(UpstreamError):
+    """The upstream's answer exceeds `limits.max_upstream_response_bytes`; asking again would not help."""
+
+    code = "upstream_too_large"
+    retryable = False
 
 
 class UpstreamRejected(UpstreamError):

@@ -21,7 +21,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.dispatch.sse import SSEDecoder
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.providers.base import ProviderAdapter, StreamTranslator, UpstreamCall, UpstreamResponse
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
@@ -75,8 +75,29 @@ class OpenStream:
     decoder: SSEDecoder
     chunks: AsyncIterator[bytes]
     in_flight: InFlight
+    max_bytes: int
+    received: int = 0
     frames_sent: int = 0
     finished: bool = False
+
+    async def read_first_frames(self) -> None:
+        """Read until there is something to send: the gateway commits to this stream only then."""
+        while not self.first_frames:
+            chunk = await anext(self.chunks, None)
+            if chunk is None:
+                for data in self.decoder.close():
+                    self.first_frames.extend(self.translator.feed(data))
+                self.first_frames.extend(self.translator.finish())
+                self.finished = True
+                return
+            self.count(len(chunk))
+            for data in self.decoder.feed(chunk):
+                self.first_frames.extend(self.translator.feed(data))
+
+    def count(self, size: int) -> None:
+        self.received += size
+        if self.received > self.max_bytes:
+            raise UpstreamTooLarge("The upstream stream exceeds the gateway's size limit")
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The rest of the stream as OpenAI SSE frames; errors after the first byte end it in-band."""
@@ -85,6 +106,7 @@ class OpenStream:
                 self.frames_sent += 1
                 yield frame
             async for chunk in self.chunks:
+                self.count(len(chunk))
                 for data in self.decoder.feed(chunk):
                     for frame in self.translator.feed(data):
                         self.frames_sent += 1
@@ -216,9 +238,7 @@ class Executor:
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > self._max_response:
-                raise UpstreamError(
-                    "The upstream response exceeds the gateway's size limit", code="upstream_too_large"
-                )
+                raise UpstreamTooLarge("The upstream response exceeds the gateway's size limit")
             parts.append(chunk)
         return b"".join(parts)
 
@@ -254,20 +274,18 @@ class Executor:
                 with map_transport_errors():
                     body = await self._read_capped(response)
                 raise adapter.classify_error(response.status_code, body, response.headers)
-            translator = adapter.stream_translator(call)
-            decoder = SSEDecoder()
-            chunks = mapped_chunks(response.aiter_bytes())
-            frames: list[bytes] = []
-            while not frames:
-                chunk = await anext(chunks, None)
-                if chunk is None:
-                    for data in decoder.close():
-                        frames.extend(translator.feed(data))
-                    frames.extend(translator.finish())
-                    break
-                for data in decoder.feed(chunk):
-                    frames.extend(translator.feed(data))
-            return OpenStream(deployment, translator, response, frames, decoder, chunks, in_flight)
+            stream = OpenStream(
+                deployment,
+                adapter.stream_translator(call),
+                response,
+                [],
+                SSEDecoder(),
+                mapped_chunks(response.aiter_bytes()),
+                in_flight,
+                self._max_response,
+            )
+            await stream.read_first_frames()
+            return stream
         except BaseException:
             in_flight.release()
             await response.aclose()

@@ -137,14 +137,7 @@ async def test_a_batch_id_is_at_most_128_characters(
     "stream",
     [
         False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="streams are relayed uncapped: gateway/dispatch (executor + sse.py) applies "
-                "max_upstream_response_bytes to whole bodies only",
-            ),
-        ),
+        True,
     ],
 )
 async def test_an_upstream_response_over_the_cap_is_an_upstream_error(
