@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from gateway.auth.key_cache import KeyCache
 from gateway.db.session import create_engine, session_factory
 from gateway.dispatch.executor import Executor
+from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer import UsageWriter
@@ -51,16 +52,27 @@ class Services:
     executor: Executor
     proxy: ProxyService
     metrics: Metrics
+    limiter: Limiter
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     def start_background(self) -> None:
+        self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
         self.tasks.append(asyncio.create_task(self.writer.run(), name="usage-writer"))
         self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
             )
+
+    async def _reconcile_spend(self) -> None:
+        """Month spend from the records into the limiter: a cold Redis or a restart loses no budget."""
+        try:
+            spend = await reconcile(self.limiter, self.sessions, time.time())
+        except Exception as exc:  # a down database must not stop the gateway; counters stay as they are
+            log.warning("spend_reconcile_failed", error=type(exc).__name__)
+            return
+        log.info("spend_reconciled", month=spend.month, teams=len(spend.teams), keys=len(spend.keys))
 
     async def _refresh_health(self) -> None:
         while True:
@@ -91,6 +103,7 @@ def open_services(settings: Settings) -> Services:
     buffer: UsageBuffer
     health: HealthBoard
     pins: PinStore
+    limiter: Limiter
     if settings.redis_url:
         # A blocking pool: a burst of requests waits for a connection instead of failing. No
         # socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a
@@ -108,13 +121,24 @@ def open_services(settings: Settings) -> Services:
         buffer = RedisStreamBuffer(redis, consumer=consumer)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
         pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
+        limiter = RedisLimiter(redis)
     else:
         buffer = MemoryBuffer()
         health = HealthBoard(deployment_ids, catalog.circuit)
         pins = MemoryPinStore(catalog.batches.idle_ttl_s)
+        limiter = MemoryLimiter()
     metrics = Metrics()
     executor = Executor(catalog, health)
-    proxy = ProxyService(table, pins, health, executor, buffer, catalog.retry, on_event=metrics.observe_event)
+    proxy = ProxyService(
+        table,
+        pins,
+        health,
+        executor,
+        buffer,
+        catalog.retry,
+        on_event=metrics.observe_event,
+        settle=limiter.settle,
+    )
     return Services(
         settings=settings,
         table=table,
@@ -135,6 +159,7 @@ def open_services(settings: Settings) -> Services:
         executor=executor,
         proxy=proxy,
         metrics=metrics,
+        limiter=limiter,
     )
 
 

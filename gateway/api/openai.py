@@ -11,7 +11,8 @@ from litestar import Request, Response, get, post
 from litestar.response import Stream
 
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
-from gateway.errors import ModelNotFound
+from gateway.errors import GatewayError, ModelNotFound
+from gateway.limits import estimate_tokens, requested_max_tokens
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext
@@ -49,21 +50,31 @@ async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stre
     request_id = request.state.request_id = new_request_id()
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     request.state.principal = principal
-    parsed = parse_request(await request.body(), endpoint, services.settings.catalog.limits.max_messages)
+    raw = await request.body()
+    parsed = parse_request(raw, endpoint, services.settings.catalog.limits.max_messages)
     directives = parse_directives(request.headers, parsed.gateway_object)
-    ctx = ProxyContext(request_id, principal, parsed, directives)
-    if parsed.stream:
-        stream = await services.proxy.open_stream(ctx)
-        overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
-        headers = gateway_headers(request_id, stream.deployment, overhead) | SSE_HEADERS
-        return Stream(services.proxy.relay(ctx, stream), media_type="text/event-stream", headers=headers)
-    completed = await services.proxy.complete(ctx)
+    estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
+    admission = await services.limiter.admit(principal, estimated)
+    ctx = ProxyContext(request_id, principal, parsed, directives, estimated_tokens=estimated)
+    try:
+        if parsed.stream:
+            stream = await services.proxy.open_stream(ctx)
+        else:
+            completed = await services.proxy.complete(ctx)
+    except GatewayError as exc:
+        if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
+            await services.limiter.release(principal, estimated)
+        exc.headers = admission.headers | exc.headers
+        raise
     overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+    if parsed.stream:
+        headers = gateway_headers(request_id, stream.deployment, overhead) | SSE_HEADERS | admission.headers
+        return Stream(services.proxy.relay(ctx, stream), media_type="text/event-stream", headers=headers)
     services.metrics.observe_overhead(overhead)
     return Response(
         completed.response.body,
         media_type=JSON,
-        headers=gateway_headers(request_id, completed.deployment, overhead),
+        headers=gateway_headers(request_id, completed.deployment, overhead) | admission.headers,
     )
 
 

@@ -57,6 +57,7 @@ async def readyz(request: Request) -> Response[bytes]:
         for name, flag in (
             ("batch_pins", services.proxy.pins_degraded),
             ("provider_health", getattr(services.health, "degraded", False)),
+            ("rate_limits", getattr(services.limiter, "degraded", False)),
         )
         if flag
     ]

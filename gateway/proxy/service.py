@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +50,7 @@ class ProxyContext:
     started: float = field(default_factory=time.perf_counter)
     attempts: Attempts = field(default_factory=Attempts)
     deployment: Deployment | None = None
+    estimated_tokens: int = 0  # reserved at admission; the limiter settles against it
     moved: bool = False  # this request has followed its batch's pin to a new deployment
 
 
@@ -70,6 +71,7 @@ class ProxyService:
         retry: RetrySettings,
         rng: random.Random | None = None,
         on_event: Callable[[UsageEvent], None] | None = None,
+        settle: Callable[[Principal, UsageEvent, int], Awaitable[None]] | None = None,
     ) -> None:
         self._table = table
         self._pins = pins
@@ -79,6 +81,7 @@ class ProxyService:
         self._retry = retry
         self._rng = rng or random.Random()
         self._on_event = on_event
+        self._settle = settle
         self.pins_degraded = False
 
     # --- routing ----------------------------------------------------------------------------
@@ -273,6 +276,8 @@ class ProxyService:
         await self._usage.append(event)
         if self._on_event is not None:
             self._on_event(event)
+        if self._settle is not None:  # awaited: the spend counts before the client has its answer
+            await self._settle(ctx.principal, event, ctx.estimated_tokens)
         log.info(
             "request",
             request_id=event.request_id,

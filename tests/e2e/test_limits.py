@@ -1,0 +1,138 @@
+"""Rate limits and budgets hold exactly across two `gateway serve` processes sharing Redis.
+
+Its own stack: two gateways on one PostgreSQL database and Redis db 3, in front of one mock
+upstream, so the processes must agree through Redis alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import redis
+
+from gateway.limits.spend import month_of, spend_key, to_units
+from tests.e2e.conftest import ADMIN_KEY, CONFIG, MAX_BODY, Team
+from tests.support.gateway import GatewayProcess, free_port, recreate_database
+from tests.support.upstream import start_mock_upstream
+
+pytestmark = pytest.mark.e2e
+REDIS_URL = "redis://127.0.0.1:6379/3"
+CHAT = {"model": "chat", "messages": [{"role": "user", "content": "Say something about limits"}]}
+
+
+@dataclass
+class Pair:
+    gateways: list[GatewayProcess]
+    admin: httpx.Client
+
+    def client(self, i: int, key: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateways[i % 2].base_url + "/v1", api_key=key, max_retries=0)
+
+    def new_team(self, name: str, **fields: object) -> Team:
+        team = self.admin.post("/admin/teams", json={"name": name, **fields})
+        assert team.status_code == 201, team.text
+        key = self.admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
+        assert key.status_code == 201, key.text
+        return Team(team.json()["id"], key.json()["key"], key.json()["id"])
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    database_url = recreate_database(f"gateway_e2e_limits_{os.getpid()}")
+    upstream = start_mock_upstream()
+    config: Path = tmp_path_factory.mktemp("limits") / "gateway.yaml"
+    config.write_text(CONFIG.format(upstream=upstream.base_url, dead_port=free_port(), max_body=MAX_BODY))
+    env = {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_REDIS_URL": REDIS_URL,
+        "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+        "GATEWAY_KEY_CACHE_TTL_S": "1",
+    }
+    gateways = [GatewayProcess(config, env).start()]
+    gateways.append(GatewayProcess(config, env).start())  # after the first migrated the database
+    admin = httpx.Client(base_url=gateways[0].base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+    try:
+        yield Pair(gateways, admin)
+    finally:
+        admin.close()
+        for gateway in gateways:
+            gateway.stop()
+        upstream.stop()
+        redis.Redis.from_url(REDIS_URL).flushdb()
+
+
+@dataclass(frozen=True)
+class Served:
+    headers: dict[str, str]
+
+
+def call(pair: Pair, i: int, key: str) -> Served | openai.RateLimitError:
+    """One chat completion through gateway i % 2: its response headers, or the 429 the SDK raised."""
+    try:
+        raw = pair.client(i, key).chat.completions.with_raw_response.create(**CHAT)  # type: ignore[call-overload]
+    except openai.RateLimitError as exc:
+        return exc
+    return Served(dict(raw.headers))
+
+
+def test_team_rpm_admits_exactly_rpm_requests_across_two_processes(pair: Pair) -> None:
+    team = pair.new_team("limited-rpm", rpm_limit=5)  # one more request every 12 s
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        outcomes = list(pool.map(lambda i: call(pair, i, team.key), range(16)))
+
+    served = [o for o in outcomes if isinstance(o, Served)]
+    refused = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
+    assert (len(served), len(refused)) == (5, 11)
+    assert {r.headers["x-ratelimit-limit-requests"] for r in served} == {"5"}
+    assert sorted(r.headers["x-ratelimit-remaining-requests"] for r in served) == [str(n) for n in range(5)]
+    for error in refused:
+        headers = error.response.headers
+        assert error.code == "rate_limit_exceeded"
+        assert 1 <= int(headers["retry-after"]) <= 12
+        assert headers["x-ratelimit-limit-requests"] == "5"
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert headers["x-ratelimit-reset-requests"].endswith("s")
+
+
+def test_a_spent_budget_is_insufficient_quota_on_every_process(pair: Pair) -> None:
+    team = pair.new_team("tiny-budget", monthly_budget_usd="0.000001")
+
+    first = call(pair, 0, team.key)
+    second = call(pair, 1, team.key)
+
+    assert isinstance(first, Served)
+    assert isinstance(second, openai.RateLimitError)
+    assert second.code == "insufficient_quota"
+    assert second.body["type"] == "insufficient_quota"  # type: ignore[index]
+    assert second.response.headers["x-should-retry"] == "false"
+    with pytest.raises(openai.RateLimitError):
+        pair.client(0, team.key).chat.completions.create(**CHAT)  # type: ignore[call-overload]
+
+
+def test_the_spend_counter_equals_the_records(pair: Pair) -> None:
+    team = pair.new_team("counted", monthly_budget_usd="100")
+    for i in range(6):
+        assert isinstance(call(pair, i, team.key), Served)
+
+    cost = Decimal(0)
+    for _ in range(150):  # records are written in bulk, shortly after the responses
+        rows = pair.admin.get("/admin/usage", params={"team_id": team.id, "group_by": "team"}).json()["data"]
+        if rows and rows[0]["requests"] == 6:
+            cost = Decimal(rows[0]["cost"])
+            break
+        time.sleep(0.2)
+    counter = redis.Redis.from_url(REDIS_URL).get(spend_key("team", team.id, month_of(time.time())))
+
+    assert cost > 0
+    assert int(counter or 0) == to_units(cost)

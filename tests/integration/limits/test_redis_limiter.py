@@ -1,0 +1,75 @@
+"""RedisLimiter on a real Redis: exact under concurrent load from two clients."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.errors import GatewayError, QuotaExceeded, RateLimited
+from gateway.limits import Admission, RedisLimiter
+from tests.unit.limits.conftest import Clock, principal, usage_event
+
+pytestmark = pytest.mark.integration
+
+
+async def outcome(limiter: RedisLimiter, tokens: int, **limits: object) -> Admission | GatewayError:
+    try:
+        return await limiter.admit(principal(**limits), tokens)
+    except GatewayError as exc:
+        return exc
+
+
+async def test_200_concurrent_admissions_against_rpm_50_admit_exactly_50(
+    redis_pair: tuple[Redis, Redis],
+) -> None:
+    clock = Clock()  # one instant for everyone: no refill can blur the count
+    limiters = [RedisLimiter(redis, clock) for redis in redis_pair]
+
+    outcomes = await asyncio.gather(*(outcome(limiters[i % 2], 0, team_rpm=50) for i in range(200)))
+
+    admitted = [o for o in outcomes if isinstance(o, Admission)]
+    refused = [o for o in outcomes if isinstance(o, RateLimited)]
+    assert (len(admitted), len(refused)) == (50, 150)
+    remaining = sorted(int(a.headers["x-ratelimit-remaining-requests"]) for a in admitted)
+    assert remaining == list(range(50))  # each admission saw the one before it
+    assert {r.headers["retry-after"] for r in refused} == {"2"}  # 1.2 s to the next slot
+
+
+async def test_concurrent_token_reservations_never_exceed_the_window(redis_pair: tuple[Redis, Redis]) -> None:
+    clock = Clock()
+    limiters = [RedisLimiter(redis, clock) for redis in redis_pair]
+
+    outcomes = await asyncio.gather(
+        *(outcome(limiters[i % 2], 70, key_tpm=1000, team_rpm=1000) for i in range(100))
+    )
+
+    assert sum(isinstance(o, Admission) for o in outcomes) == 14  # 14 * 70 = 980 <= 1000 < 1050
+
+
+async def test_redis_time_keeps_processes_on_one_clock(redis_pair: tuple[Redis, Redis]) -> None:
+    limiters = [RedisLimiter(redis) for redis in redis_pair]  # windows on the server's TIME
+
+    outcomes = await asyncio.gather(*(outcome(limiters[i % 2], 0, key_rpm=5) for i in range(60)))
+
+    assert sum(isinstance(o, Admission) for o in outcomes) == 5  # the next slot is 12 s away
+
+
+async def test_concurrent_settles_sum_exactly_and_the_budget_holds(redis_pair: tuple[Redis, Redis]) -> None:
+    clock = Clock()
+    limiters = [RedisLimiter(redis, clock) for redis in redis_pair]
+    costs = [Decimal("0.0000013") * i + Decimal("0.0000000007") for i in range(400)]
+
+    await asyncio.gather(
+        *(
+            limiters[i % 2].settle(principal(), usage_event(clock, cost=str(c)), 0)
+            for i, c in enumerate(costs)
+        )
+    )
+
+    total = sum(costs, Decimal(0))
+    assert await limiters[0].spent_usd("team", "team_a", "2026-11") == total
+    assert isinstance(await outcome(limiters[1], 0, team_budget_usd=total), QuotaExceeded)
+    assert isinstance(await outcome(limiters[1], 0, key_budget_usd=total + Decimal("1E-10")), Admission)
