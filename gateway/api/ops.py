@@ -58,6 +58,7 @@ async def readyz(request: Request) -> Response[bytes]:
             ("batch_pins", services.proxy.pins_degraded),
             ("provider_health", getattr(services.health, "degraded", False)),
             ("rate_limits", getattr(services.limiter, "degraded", False)),
+            ("metering_buffer", getattr(services.buffer, "spooling", False)),
         )
         if flag
     ]

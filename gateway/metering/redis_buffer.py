@@ -13,8 +13,10 @@ to the database without waiting for Redis. The spool is memory: a killed process
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +50,7 @@ class RedisStreamBuffer:
         maxlen: int = 1_000_000,
         logger: structlog.typing.FilteringBoundLogger | None = None,
         spool_maxlen: int = 100_000,
+        stream_retry_s: float = 1.0,
     ) -> None:
         self.redis = redis
         self.stream = stream
@@ -62,14 +65,22 @@ class RedisStreamBuffer:
         self._unchecked_appends = LENGTH_CHECK_EVERY  # the first append checks
         self.spool = MemoryBuffer(maxlen=spool_maxlen, id_prefix=SPOOL_PREFIX)
         self.spooling = False  # the last append found Redis unreachable
+        # While spooling, the stream is tried again at most this often: an unreachable Redis can take
+        # its connect timeout to fail, and the request should not wait for that on every append.
+        self.stream_retry_s = stream_retry_s
+        self._next_stream_try = 0.0
 
     async def append(self, event: UsageEvent) -> None:
+        if self.spooling and time.monotonic() < self._next_stream_try:
+            await self.spool.append(event)
+            return
         try:
             await self._append_to_stream(event)
         except REDIS_DOWN as exc:
             if not self.spooling:
                 self._log.warning("usage_buffer_spooling", stream=self.stream, error=type(exc).__name__)
             self.spooling = True
+            self._next_stream_try = time.monotonic() + self.stream_retry_s
             await self.spool.append(event)  # MeteringBacklogFull once the spool is full too
             return
         if self.spooling:
@@ -119,10 +130,8 @@ class RedisStreamBuffer:
 
     async def depth(self) -> int:
         """Stream entries plus spooled events; the last length seen while Redis is unreachable."""
-        try:
+        with contextlib.suppress(*REDIS_DOWN):
             self._known_length = int(await self.redis.xlen(self.stream))
-        except REDIS_DOWN:
-            pass
         return self._known_length + await self.spool.depth()
 
     async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
 import structlog
 
 from gateway.auth.principal import Principal
@@ -32,6 +33,7 @@ from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployme
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
+METER_GRACE_S = 5.0  # how long a cancelled stream may take to close upstream and record its usage
 
 
 class UsageSink(Protocol):
@@ -213,13 +215,15 @@ class ProxyService:
             log.warning("stream_failed", request_id=ctx.request_id, code=exc.code)
             yield b"data: " + exc.to_json() + b"\n\n"
         finally:
-            await frames.aclose()
-            usage, source = stream.translator.usage, UsageSource.UPSTREAM
-            if usage is None:
-                usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
-            if not stream.finished and error_code is None:
-                status, error_code = 499, "client_disconnected"
-            await self._meter(ctx, stream.deployment, status, usage, source, error_code)
+            # A client that walks away cancels this task; the clean-up and the record must still happen.
+            with anyio.move_on_after(METER_GRACE_S, shield=True):
+                await frames.aclose()
+                usage, source = stream.translator.usage, UsageSource.UPSTREAM
+                if usage is None:
+                    usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
+                if not stream.finished and error_code is None:
+                    status, error_code = 499, "client_disconnected"
+                await self._meter(ctx, stream.deployment, status, usage, source, error_code)
 
     # --- metering ---------------------------------------------------------------------------
 

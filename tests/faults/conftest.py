@@ -1,0 +1,177 @@
+"""Fault-injection fixtures: a private PostgreSQL, Redis and mock upstream, and gateway processes.
+
+The stores are started once per session on free ports (tests stop and restart them); every test
+gets its own database and Redis db number, so what one scenario leaves behind cannot show up in
+the next one's records.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.faults.load import CHAT_BODY
+from tests.faults.stores import PrivatePostgres, PrivateRedis
+from tests.support.gateway import GatewayProcess
+from tests.support.upstream import RunningUpstream, start_mock_upstream
+
+ADMIN_KEY = "admin-faults-secret"
+RECLAIM_IDLE_S = 2  # writers take over a dead writer's entries after this long
+CONFIG = """
+providers:
+  - name: up-east
+    kind: openai
+    region: us-east
+    base_url: {upstream}/v1
+    api_key: upstream-secret
+    timeout_s: 10
+  - name: up-west
+    kind: openai
+    region: eu-west
+    base_url: {upstream}/v1
+    api_key: upstream-secret
+    timeout_s: 10
+models:
+  - name: chat
+    deployments:
+      - provider: up-east
+        model: upstream-chat
+        price: {{input: 0.50, output: 1.50, cached_input: 0.25}}
+      - provider: up-west
+        model: upstream-chat
+        price: {{input: 0.50, output: 1.50, cached_input: 0.25}}
+retry:
+  max_attempts: 2
+  backoff_base_s: 0.05
+  backoff_max_s: 0.1
+circuit:
+  failure_threshold: 1000
+"""
+
+
+@dataclass
+class Stores:
+    postgres: PrivatePostgres
+    redis: PrivateRedis
+    upstream: RunningUpstream
+    databases: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    redis_dbs: Iterator[int] = field(default_factory=lambda: itertools.cycle(range(1, 16)))
+
+
+@dataclass
+class FaultStack:
+    stores: Stores
+    database_url: str
+    redis_url: str | None
+    gateways: list[GatewayProcess]
+
+    @property
+    def urls(self) -> list[str]:
+        return [g.base_url for g in self.gateways]
+
+    def admin(self) -> httpx.Client:
+        headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+        return httpx.Client(base_url=self.gateways[0].base_url, headers=headers, timeout=10)
+
+    def new_team(self, name: str) -> tuple[str, str]:
+        """(team id, key secret) of a new team with one key."""
+        with self.admin() as admin:
+            team = admin.post("/admin/teams", json={"name": name})
+            assert team.status_code == 201, team.text
+            key = admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
+            assert key.status_code == 201, key.text
+        return team.json()["id"], key.json()["key"]
+
+    def warm(self, key: str) -> set[str]:
+        """One request per gateway, so each has the key cached; returns their request ids."""
+        ids = set()
+        for url in self.urls:
+            response = httpx.post(
+                f"{url}/v1/chat/completions", json=CHAT_BODY, headers={"authorization": f"Bearer {key}"}
+            )
+            assert response.status_code == 200, response.text
+            ids.add(response.headers["x-request-id"])
+        return ids
+
+    @staticmethod
+    def consumer_of(gateway: GatewayProcess) -> str:
+        """The metering stream consumer name that gateway's writer uses (services.open_services)."""
+        assert gateway.process is not None
+        return f"{socket.gethostname()}-{gateway.process.pid}"
+
+    @staticmethod
+    def kill(gateway: GatewayProcess, sig: signal.Signals) -> None:
+        assert gateway.process is not None
+        os.kill(gateway.process.pid, sig)
+
+
+@pytest.fixture(scope="session")
+def stores() -> Iterator[Stores]:
+    postgres = PrivatePostgres().init()
+    redis = PrivateRedis(appendonly=True).start()
+    upstream = start_mock_upstream()
+    try:
+        yield Stores(postgres, redis, upstream)
+    finally:
+        upstream.stop()
+        redis.destroy()
+        postgres.destroy()
+
+
+StackFactory = Callable[..., FaultStack]
+
+
+@pytest.fixture
+def fault_stack(stores: Stores, tmp_path: Path) -> Iterator[StackFactory]:
+    """`fault_stack(gateways=2, with_redis=True)`: fresh database and Redis db, running gateways."""
+    started: list[GatewayProcess] = []
+
+    def make(gateways: int = 2, with_redis: bool = True) -> FaultStack:
+        database_url = stores.postgres.create_database(f"faults_{os.getpid()}_{next(stores.databases)}")
+        redis_url = None
+        if with_redis:
+            redis_url = stores.redis.url(next(stores.redis_dbs))
+            _flush(redis_url)
+        config = tmp_path / "gateway.yaml"
+        config.write_text(CONFIG.format(upstream=stores.upstream.base_url))
+        env = {
+            "GATEWAY_DATABASE_URL": database_url,
+            "GATEWAY_REDIS_URL": redis_url or "",
+            "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+            "GATEWAY_KEY_CACHE_TTL_S": "2",
+            "GATEWAY_METERING_RECLAIM_IDLE_S": str(RECLAIM_IDLE_S),
+            "GATEWAY_LOG_FORMAT": "json",
+        }
+        processes = []
+        for _ in range(gateways):  # one after the other: the first one migrates the database
+            gateway = GatewayProcess(config, env)
+            started.append(gateway)
+            processes.append(gateway.start())
+        stores.upstream.clear()
+        return FaultStack(stores, database_url, redis_url, processes)
+
+    yield make
+    for gateway in started:
+        gateway.stop()
+    if not stores.postgres.running:  # a scenario that failed half-way leaves them as the next expects
+        stores.postgres.start()
+    if stores.redis.process is None:
+        stores.redis.start()
+
+
+def _flush(redis_url: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
