@@ -125,3 +125,30 @@ async def test_the_writer_persists_spooled_events_while_redis_is_down(
         stored = (await session.scalars(select(UsageRecord.request_id))).all()
     assert sorted(stored) == sorted(e.request_id for e in events)
     assert writer.last_error is not None  # the stream part could not be drained
+
+
+async def test_concurrent_appends_share_round_trips_and_all_land(
+    server_and_redis: tuple[fakeredis.FakeServer, Redis], make_event: EventFactory
+) -> None:
+    import asyncio
+
+    _, redis = server_and_redis
+    buffer = buffer_on(redis)
+    events = [make_event() for _ in range(300)]
+    await asyncio.gather(*(buffer.append(e) for e in events))
+    assert await redis.xlen(buffer.stream) == 300
+    read = await buffer.read(1000, block_ms=0)
+    assert sorted(e.request_id for _, e in read) == sorted(e.request_id for e in events)
+
+
+async def test_a_failed_group_commit_spools_every_event_of_it(
+    server_and_redis: tuple[fakeredis.FakeServer, Redis], make_event: EventFactory
+) -> None:
+    import asyncio
+
+    server, redis = server_and_redis
+    buffer = buffer_on(redis)
+    await buffer.append(make_event())  # the first append also checks the stream length
+    server.connected = False
+    await asyncio.gather(*(buffer.append(make_event()) for _ in range(50)))
+    assert await buffer.spool.depth() == 50
