@@ -14,6 +14,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.batches import BATCH_HANDLERS
+from gateway.api.header_cap import header_cap
 from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
@@ -102,6 +103,7 @@ def create_app(settings: Settings) -> Litestar:
             log.info("gateway_stopped")
 
     return Litestar(
+        middleware=[header_cap],
         route_handlers=[
             *OPENAI_HANDLERS,
             *BATCH_HANDLERS,

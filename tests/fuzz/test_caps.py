@@ -157,3 +157,12 @@ async def test_an_upstream_response_over_the_cap_is_an_upstream_error(
         assert response.status_code == 200  # the first bytes went out: the error is in the stream
         assert len(response.content) <= MAX_UPSTREAM + 1024
         assert '"upstream_too_large"' in response.text
+
+
+async def test_oversized_request_headers_are_431(capped: tuple[FuzzStack, AsyncTestClient[Litestar]]) -> None:
+    stack, client = capped
+    huge = {"x-padding": "p" * (70 * 1024)} | stack.team_auth
+    response = await client.get("/v1/models", headers=huge)
+    assert response.status_code == 431
+    validate("ErrorResponse", response.json())
+    assert (await client.get("/v1/models", headers=stack.team_auth)).status_code == 200
