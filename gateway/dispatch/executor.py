@@ -1,4 +1,4 @@
-"""The executor: the one owner of the pooled httpx clients. Sends, retries, streams.
+"""The executor: the one owner of the upstream HTTP transports. Sends, retries, streams.
 
 It asks a provider adapter to build each upstream request and to parse what comes back, maps
 every transport exception to a `gateway.errors.UpstreamError` at this boundary, retries
@@ -9,6 +9,7 @@ and records each outcome on the health board.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import time
@@ -131,26 +132,30 @@ class Executor:
         self._round_robin = {p.name: itertools.cycle(p.urls or (MOCK_BASE_URL,)) for p in catalog.providers}
         # httpcore's pool scans every connection per request (CPU grows with concurrency); the aiohttp
         # transport keeps httpx's API at a quarter of the cost (docs/performance.md).
+        # The transport is used without httpx.AsyncClient's layers (cookies, redirects, auth, URL
+        # merging): the gateway needs none of them, and they cost more than the request itself.
         limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=60)
-        self._client = httpx.AsyncClient(
-            transport=AiohttpTransport(limits=limits, trust_env=False), follow_redirects=False
-        )
-        self._mock_client: httpx.AsyncClient | None = None
+        self._transport: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits, trust_env=False)
+        self._mock_transport: httpx.AsyncBaseTransport | None = None
         if any(p.kind is ProviderKind.MOCK for p in catalog.providers):
             from gateway.mockupstream.behaviour import MockBehaviour
             from gateway.mockupstream.transport import InProcessMockTransport
 
-            self._mock_client = httpx.AsyncClient(transport=InProcessMockTransport(MockBehaviour()))
+            self._mock_transport = InProcessMockTransport(MockBehaviour())
+        self._timeouts = {
+            p.name: httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s).as_dict()
+            for p in catalog.providers
+        }
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-        if self._mock_client is not None:
-            await self._mock_client.aclose()
+        await self._transport.aclose()
+        if self._mock_transport is not None:
+            await self._mock_transport.aclose()
 
-    def _client_for(self, provider: Provider) -> httpx.AsyncClient:
-        if provider.kind is ProviderKind.MOCK and self._mock_client is not None:
-            return self._mock_client
-        return self._client
+    def _transport_for(self, provider: Provider) -> httpx.AsyncBaseTransport:
+        if provider.kind is ProviderKind.MOCK and self._mock_transport is not None:
+            return self._mock_transport
+        return self._transport
 
     def _base_url(self, provider: Provider, cache_key: str | None) -> str:
         urls = provider.urls or (MOCK_BASE_URL,)
@@ -164,13 +169,12 @@ class Executor:
         provider = deployment.provider
         adapter = adapter_for(provider.kind)
         upstream = adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
-        timeout = httpx.Timeout(provider.timeout_s, connect=provider.connect_timeout_s)
-        request = self._client_for(provider).build_request(
+        request = httpx.Request(
             upstream.method,
-            upstream.url,
+            parsed_url(upstream.url),
             headers=upstream.headers,
             content=upstream.content,
-            timeout=timeout,
+            extensions={"timeout": self._timeouts[provider.name]},
         )
         return adapter, request
 
@@ -179,11 +183,11 @@ class Executor:
     ) -> UpstreamResponse:
         """A non-streaming request, retried on this deployment while the failure allows."""
         adapter, request = self._build(deployment, call)
-        client = self._client_for(deployment.provider)
+        transport = self._transport_for(deployment.provider)
 
         async def once() -> UpstreamResponse:
             with self._in_flight(deployment.id):
-                body = await self._exchange(client, request, adapter)
+                body = await self._exchange(transport, request, adapter)
             return adapter.parse_response(call, body)
 
         return await self._retrying(deployment, attempts, max_attempts, once)
@@ -220,10 +224,10 @@ class Executor:
         return InFlight(self._health.in_flight, deployment_id)
 
     async def _exchange(
-        self, client: httpx.AsyncClient, request: httpx.Request, adapter: ProviderAdapter
+        self, transport: httpx.AsyncBaseTransport, request: httpx.Request, adapter: ProviderAdapter
     ) -> bytes:
         with map_transport_errors():
-            response = await client.send(request, stream=True)
+            response = await transport.handle_async_request(request)
             try:
                 body = await self._read_capped(response)
             finally:
@@ -247,16 +251,16 @@ class Executor:
     ) -> OpenStream:
         """Start a stream and read it up to its first frames; failures before then may be retried."""
         adapter, request = self._build(deployment, call)
-        client = self._client_for(deployment.provider)
+        transport = self._transport_for(deployment.provider)
 
         async def once() -> OpenStream:
-            return await self._first_frames(client, request, adapter, deployment, call)
+            return await self._first_frames(transport, request, adapter, deployment, call)
 
         return await self._retrying(deployment, attempts, max_attempts, once)
 
     async def _first_frames(
         self,
-        client: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport,
         request: httpx.Request,
         adapter: ProviderAdapter,
         deployment: Deployment,
@@ -265,7 +269,7 @@ class Executor:
         in_flight = self._in_flight(deployment.id)
         try:
             with map_transport_errors():
-                response = await client.send(request, stream=True)
+                response = await transport.handle_async_request(request)
         except BaseException:
             in_flight.release()
             raise
@@ -299,6 +303,12 @@ class Executor:
         if exc.retry_after_s is not None:
             return min(exc.retry_after_s, self._retry.retry_after_cap_s)
         return backoff_delay(self._retry, attempt, self._rng)
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_url(url: str) -> httpx.URL:
+    """Upstream URLs repeat (a few per deployment): parse each once, not once per request."""
+    return httpx.URL(url)
 
 
 def backoff_delay(retry: RetrySettings, attempt: int, rng: random.Random) -> float:

@@ -7,6 +7,7 @@ drift. Months are calendar months in UTC, named like `2026-11`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -31,7 +32,13 @@ def from_units(units: int) -> Decimal:
 
 
 def month_of(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m")
+    return _month_of_hour(int(now // 3600))  # months change on UTC hour boundaries
+
+
+@functools.lru_cache(maxsize=8)
+def _month_of_hour(hour: int) -> str:
+    """Called on every admission: formatting a date each time showed up in the profile."""
+    return datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y-%m")
 
 
 def month_bounds(now: float) -> tuple[datetime, datetime]:
