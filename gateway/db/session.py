@@ -49,7 +49,9 @@ def create_engine(url: str) -> AsyncEngine:
             cursor.close()
 
         return engine
-    return create_async_engine(target, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    # No pre-ping (a round trip per checkout, 4% of a request in the profile): callers already
+    # treat a dropped connection as a retryable failure, and pool_recycle bounds stale ones.
+    return create_async_engine(target, pool_size=10, max_overflow=10, pool_recycle=300)
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
