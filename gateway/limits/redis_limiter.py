@@ -35,6 +35,7 @@ from gateway.limits.spend import (
 )
 from gateway.limits.windows import Scope, Window, WindowCheck, cost_in, windows_for
 from gateway.metering.events import UsageEvent
+from gateway.redis_batching import PipelineBatcher
 
 log = structlog.get_logger("gateway.limits")
 
@@ -154,6 +155,7 @@ class RedisLimiter:
         self._admit = redis.register_script(_ADMIT)
         self._settle = redis.register_script(_SETTLE)
         self._raise = redis.register_script(_RAISE)
+        self._batcher = PipelineBatcher(redis)  # settles of the same moment share a round trip
         self._known: dict[str, int] = {}  # spend counters as last read from Redis
         self._pending: dict[str, int] = {}  # spend settled while Redis was unreachable
         self.degraded = False
@@ -227,7 +229,8 @@ class RedisLimiter:
         args = [self._now_arg(), str(units), str(SPEND_TTL_S), str(delta), *(str(w.limit) for w in windows)]
         try:
             await self._flush_pending()
-            await self._settle(keys=[*names, *map(window_key, windows)], args=args)
+            keys = [*names, *map(window_key, windows)]
+            await self._batcher.submit(lambda pipe: self._settle(keys=keys, args=args, client=pipe))
         except RedisError as exc:
             self._degrade(exc)
             for name in names if units else ():

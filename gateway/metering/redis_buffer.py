@@ -13,7 +13,6 @@ to the database without waiting for Redis. The spool is memory: a killed process
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import socket
@@ -29,6 +28,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from gateway.metering.buffer import MemoryBuffer, MeteringBacklogFull
 from gateway.metering.events import UsageEvent
+from gateway.redis_batching import PipelineBatcher
 
 EVENT_FIELD = b"event"
 LENGTH_CHECK_EVERY = 100  # appends between two XLEN round trips, while far from the bound
@@ -70,9 +70,7 @@ class RedisStreamBuffer:
         # its connect timeout to fail, and the request should not wait for that on every append.
         self.stream_retry_s = stream_retry_s
         self._next_stream_try = 0.0
-        self._pending: list[tuple[bytes, asyncio.Future[None]]] = []
-        self._flush_scheduled = False
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._batcher = PipelineBatcher(redis)
 
     async def append(self, event: UsageEvent) -> None:
         if self.spooling and time.monotonic() < self._next_stream_try:
@@ -101,38 +99,8 @@ class RedisStreamBuffer:
         self._unchecked_appends += 1
 
     async def _xadd(self, payload: bytes) -> None:
-        """Group commit: appends made in the same loop tick share one pipelined round trip.
-
-        Each caller still waits for its own entry to be in Redis, so durability is unchanged; under
-        load one round trip carries many events instead of one each.
-        """
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((payload, future))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            task = asyncio.create_task(self._flush())
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-        await future
-
-    async def _flush(self) -> None:
-        await asyncio.sleep(0)  # let the other requests of this tick join the batch
-        batch, self._pending, self._flush_scheduled = self._pending, [], False
-        try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for payload, _ in batch:
-                    pipe.xadd(self.stream, {EVENT_FIELD: payload})
-                await pipe.execute()
-        except BaseException as exc:  # every waiter gets the failure and spools its own event
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else RedisError("flush cancelled"))
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for _, future in batch:
-            if not future.done():
-                future.set_result(None)
+        """Appends of the same moment share one pipelined round trip (see gateway.redis_batching)."""
+        await self._batcher.submit(lambda pipe: pipe.xadd(self.stream, {EVENT_FIELD: payload}))
 
     def _length_check_due(self) -> bool:
         """XLEN every LENGTH_CHECK_EVERY appends, and before each one once the stream is near its bound.
