@@ -28,6 +28,7 @@ from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer import UsageWriter
 from gateway.metrics import Metrics
 from gateway.proxy.service import ProxyService
+from gateway.redis_batching import PipelineBatcher
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
@@ -118,10 +119,11 @@ def open_services(settings: Settings) -> Services:
         )
         redis = Redis(connection_pool=pool)
         consumer = f"{socket.gethostname()}-{os.getpid()}"
-        buffer = RedisStreamBuffer(redis, consumer=consumer)
+        batcher = PipelineBatcher(redis)  # a request's usage append and spend settle: one round trip
+        buffer = RedisStreamBuffer(redis, consumer=consumer, batcher=batcher)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
         pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
-        limiter = RedisLimiter(redis)
+        limiter = RedisLimiter(redis, batcher=batcher)
     else:
         buffer = MemoryBuffer()
         health = HealthBoard(deployment_ids, catalog.circuit)

@@ -147,7 +147,13 @@ def _budget_arg(units: int | None) -> str:
 
 
 class RedisLimiter:
-    def __init__(self, redis: Redis, clock: Clock | None = None, wall_clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        clock: Clock | None = None,
+        wall_clock: Clock | None = None,
+        batcher: PipelineBatcher | None = None,
+    ) -> None:
         """`clock` None: windows run on Redis's TIME; `wall_clock` names the month (default time.time)."""
         self._redis = redis
         self._clock = clock
@@ -155,7 +161,7 @@ class RedisLimiter:
         self._admit = redis.register_script(_ADMIT)
         self._settle = redis.register_script(_SETTLE)
         self._raise = redis.register_script(_RAISE)
-        self._batcher = PipelineBatcher(redis)  # settles of the same moment share a round trip
+        self._batcher = batcher or PipelineBatcher(redis)  # settles of the same moment share a round trip
         self._known: dict[str, int] = {}  # spend counters as last read from Redis
         self._pending: dict[str, int] = {}  # spend settled while Redis was unreachable
         self.degraded = False

@@ -52,6 +52,7 @@ class RedisStreamBuffer:
         logger: structlog.typing.FilteringBoundLogger | None = None,
         spool_maxlen: int = 100_000,
         stream_retry_s: float = 1.0,
+        batcher: PipelineBatcher | None = None,
     ) -> None:
         self.redis = redis
         self.stream = stream
@@ -70,7 +71,7 @@ class RedisStreamBuffer:
         # its connect timeout to fail, and the request should not wait for that on every append.
         self.stream_retry_s = stream_retry_s
         self._next_stream_try = 0.0
-        self._batcher = PipelineBatcher(redis)
+        self._batcher = batcher or PipelineBatcher(redis)
 
     async def append(self, event: UsageEvent) -> None:
         if self.spooling and time.monotonic() < self._next_stream_try:

@@ -7,6 +7,7 @@ eligible deployment before their first byte unless `fallback: never`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import time
@@ -277,11 +278,14 @@ class ProxyService:
             ttft_ms=round(ctx.attempts.ttft_s * 1000, 3) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,
         )
-        await self._usage.append(event)
+        if self._settle is None:
+            await self._usage.append(event)
+        else:  # both awaited (the spend counts before the client has its answer), side by side
+            await asyncio.gather(
+                self._usage.append(event), self._settle(ctx.principal, event, ctx.estimated_tokens)
+            )
         if self._on_event is not None:
             self._on_event(event)
-        if self._settle is not None:  # awaited: the spend counts before the client has its answer
-            await self._settle(ctx.principal, event, ctx.estimated_tokens)
         log.info(
             "request",
             request_id=event.request_id,
