@@ -47,6 +47,7 @@ class UsageWriter:
         self.session_factory = session_factory
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
+        self.gather_s = min(GATHER_S, flush_interval_s)
         self.reclaim_idle_ms = reclaim_idle_ms
         # Look for orphans twice per idle period (at most every 30 s): one is taken over within 1.5x.
         self.reclaim_interval_s = (
@@ -68,8 +69,12 @@ class UsageWriter:
         failures = 0
         while not self._stopping.is_set():
             try:
-                await self._cycle(block_ms=max(int(self.flush_interval_s * 1000), 1))
+                written = await self._cycle(block_ms=max(int(self.flush_interval_s * 1000), 1))
                 failures = 0
+                if 0 < written < self.batch_size and not self._stopping.is_set():
+                    # A part batch: let events gather a moment, so that light traffic is written in
+                    # batches too instead of one transaction per request.
+                    await asyncio.sleep(self.gather_s)
             except Exception as exc:  # the buffer itself (Redis) is unreachable: wait, go on
                 failures += 1
                 self._note_error("usage_buffer_unavailable", exc, attempt=failures)
@@ -167,6 +172,7 @@ class UsageWriter:
         self._log.warning(event, error=self.last_error, **fields)
 
 
+GATHER_S = 0.05  # the pause after a part batch; records reach the database this much later
 COPY_THRESHOLD = 50  # below this a plain multi-row INSERT is as fast as COPY
 _STAGING = "usage_records_staging"
 
