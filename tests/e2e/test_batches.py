@@ -348,13 +348,16 @@ def test_batch_endpoints_show_the_pin_and_totals(pair: BatchStack) -> None:
 # --- (f) Redis unreachable: rendezvous hashing keeps batches together ---------------------------
 
 
+BATCHES_WITHOUT_REDIS = 16
+
+
 def test_without_redis_a_batch_still_stays_together(
     redis_down_stack: BatchStack, batch_stack: BatchStack
 ) -> None:
     batch_stack.reset()
     down = redis_down_stack
     team = batch_stack.new_team("no-redis")
-    for n in range(8):
+    for n in range(BATCHES_WITHOUT_REDIS):
         for i in range(6):
             client = down.client(
                 team.key, gateway=i % 2, default_headers={"X-Gateway-Batch": f"degraded-{n}"}
@@ -368,9 +371,11 @@ def test_without_redis_a_batch_still_stays_together(
         for request in down.received(provider):
             batch = request["body"]["messages"][0]["content"].split()[0]  # type: ignore[index]
             homes.setdefault(batch, set()).add(provider)
-    assert len(homes) == 8 and sum(len(down.received(p)) for p in ("east", "west")) == 48
+    assert len(homes) == BATCHES_WITHOUT_REDIS
+    assert sum(len(down.received(p)) for p in ("east", "west")) == 6 * BATCHES_WITHOUT_REDIS
     assert all(len(served) == 1 for served in homes.values()), homes  # rendezvous: both processes agree
-    assert set().union(*homes.values()) == {"east", "west"}  # different batches spread out
+    # different batches spread out (all 16 on one side by chance: 2 in 65,536)
+    assert set().union(*homes.values()) == {"east", "west"}
 
 
 def test_without_redis_readyz_reports_the_degradation(redis_down_stack: BatchStack) -> None:
