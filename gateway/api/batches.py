@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import msgspec
 from litestar import Request, Response, delete, get
+from litestar.params import FromPath
 
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.errors import InvalidRequest, NotFound
@@ -57,7 +58,7 @@ async def _live_pin(request: Request, batch_id: str) -> tuple[str, BatchPin]:
 
 
 @get("/v1/gateway/batches/{batch_id:str}", operation_class=documented(response=json_schema(BatchView)))
-async def get_batch(request: Request, batch_id: str) -> Response[bytes]:
+async def get_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
     team_id, pin = await _live_pin(request, batch_id)
     async with services_of(request).sessions() as session:
         since = datetime.fromtimestamp(pin.created_at, UTC)
@@ -87,7 +88,7 @@ async def get_batch(request: Request, batch_id: str) -> Response[bytes]:
     status_code=200,
     operation_class=documented(response=json_schema(BatchDeleted)),
 )
-async def delete_batch(request: Request, batch_id: str) -> Response[bytes]:
+async def delete_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     if not await services.pins.delete(principal.team_id, _batch_id(batch_id)):

@@ -8,6 +8,7 @@ import time
 import msgspec
 import structlog
 from litestar import Request, Response, get, post
+from litestar.params import FromPath
 from litestar.response import Stream
 
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
@@ -134,7 +135,7 @@ async def list_models(request: Request) -> Response[bytes]:
 
 
 @get("/v1/models/{model_id:path}", operation_class=documented(response=json_schema(Model)))
-async def get_model(request: Request, model_id: str) -> Response[bytes]:
+async def get_model(request: Request, model_id: FromPath[str]) -> Response[bytes]:
     services = services_of(request)
     request.state.principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     model_id = model_id.lstrip("/")
