@@ -1,6 +1,6 @@
 """The gateway's one exception tree; every error knows its HTTP status and OpenAI error shape.
 
-GatewayError
+GatewayError                 (413 for an oversized body comes from Litestar's body limit, see app.py)
 ├── InvalidRequest (400, invalid_request_error)
 │   ├── NoRoute (400, code no_route)
 │   └── DirectiveConflict (400, code directive_conflict)
@@ -8,7 +8,6 @@ GatewayError
 ├── PermissionDenied (403, permission_error)
 ├── NotFound (404, not_found_error)
 ├── Conflict (409, invalid_request_error, code conflict)
-├── PayloadTooLarge (413, invalid_request_error)
 ├── RateLimited (429, rate_limit_error / insufficient_quota)
 ├── ServiceUnavailable (503, api_error): the gateway's own dependency (database) is down
 └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
@@ -107,12 +106,6 @@ class Conflict(GatewayError):
     status = 409
     type = "invalid_request_error"
     code = "conflict"
-
-
-class PayloadTooLarge(GatewayError):
-    status = 413
-    type = "invalid_request_error"
-    code = "request_too_large"
 
 
 class RateLimited(GatewayError):

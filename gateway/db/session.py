@@ -24,11 +24,6 @@ def async_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def sync_url(url: str) -> str:
-    """The same database for synchronous tools (Alembic's offline work uses the async URL too)."""
-    return async_url(url)
-
-
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 

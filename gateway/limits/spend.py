@@ -18,7 +18,6 @@ from gateway.limits.headers import quota_exceeded
 from gateway.limits.windows import Scope
 
 MONEY_SCALE = 10
-UNITS_PER_USD = 10**MONEY_SCALE
 SPEND_TTL_S = 35 * 86_400  # a counter outlives its month by a few days, then goes
 
 

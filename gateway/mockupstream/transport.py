@@ -20,7 +20,6 @@ from gateway.mockupstream.service import MockRequest, MockUpstream
 
 # Fewer than the server keeps: this transport lives inside a long-running gateway process.
 TRANSPORT_RECORD_LIMIT = 1_000
-DROPPED_MESSAGE = "peer closed connection without sending complete message body (incomplete chunked read)"
 
 
 def _read_timeout(request: httpx.Request) -> float | None:
