@@ -1,4 +1,5 @@
-"""httpx's default transport (httpcore) against httpx-aiohttp, and bare aiohttp as the floor.
+"""The gateway's upstream pool (`gateway.dispatch.http1`) against httpx (httpcore), httpx-aiohttp
+and bare aiohttp.
 
 Each client sends the same POST to nginx the way the executor does (`send(stream=True)`, read the
 body, close), N requests with C in flight, on uvloop; we report requests/s and the client process's
@@ -60,6 +61,24 @@ async def drive(send: Send, requests: int, concurrency: int) -> dict[str, float]
 async def run_one(kind: str, url: str, requests: int, concurrency: int) -> dict[str, float]:
     body = chat_body("bench-json", stream=False)
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=60)
+    if kind == "gateway":
+        from gateway.dispatch.http1 import UpstreamPool
+
+        pool = UpstreamPool()
+        headers = {"content-type": "application/json", "authorization": "Bearer bench"}
+
+        async def send_pooled() -> int:
+            reply = await pool.request("POST", url, headers, body, connect_timeout=5, read_timeout=30)
+            size = 0
+            async for chunk in reply.chunks():
+                size += len(chunk)
+            await reply.aclose()
+            return size
+
+        try:
+            return await drive(send_pooled, requests, concurrency)
+        finally:
+            await pool.aclose()
     if kind == "aiohttp":
         import aiohttp
 
@@ -85,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url")
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--concurrency", default="1,64")
-    parser.add_argument("--kinds", default="httpx,httpx-aiohttp,aiohttp")
+    parser.add_argument("--kinds", default="gateway,httpx,httpx-aiohttp,aiohttp")
     args = parser.parse_args(argv)
     import uvloop
 

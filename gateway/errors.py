@@ -16,6 +16,7 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
     ├── UpstreamRateLimited (429 from the provider)
     ├── UpstreamTooLarge (502, over the response size cap: never retried)
     ├── UpstreamRejected (4xx from the provider: passed on, never retried)
+    ├── UpstreamMisconfigured (502: a URL or header the catalog got wrong: never retried)
     └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
 """
 
@@ -168,6 +169,13 @@ class UpstreamRejected(UpstreamError):
 
     type = "invalid_request_error"
     code = "upstream_rejected"
+    retryable = False
+
+
+class UpstreamMisconfigured(UpstreamError):
+    """The request cannot be sent as configured (a bad URL, a header with a line break)."""
+
+    code = "upstream_misconfigured"
     retryable = False
 
 

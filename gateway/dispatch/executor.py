@@ -1,29 +1,32 @@
-"""The executor: the one owner of the upstream HTTP transports. Sends, retries, streams.
+"""The executor: the one owner of the upstream HTTP clients. Sends, retries, streams.
 
-It asks a provider adapter to build each upstream request and to parse what comes back, maps
-every transport exception to a `gateway.errors.UpstreamError` at this boundary, retries
-retryable failures on the same deployment with backoff (honouring `Retry-After` up to a cap),
-and records each outcome on the health board.
+Network upstreams go through `http1.UpstreamPool`; the in-process `mock` provider through an
+httpx transport (`httpx_bridge`). Both raise only the gateway's own errors. The executor asks a
+provider adapter to build each upstream request and to parse what comes back, retries retryable
+failures on the same deployment with backoff (honouring `Retry-After` up to a cap), and records
+each outcome on the health board.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-import aiohttp
-import httpx
-from httpx_aiohttp import AiohttpTransport
-
+from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.sse import SSEDecoder
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-from gateway.providers.base import ProviderAdapter, StreamTranslator, UpstreamCall, UpstreamResponse
+from gateway.errors import UpstreamError, UpstreamTooLarge
+from gateway.providers.base import (
+    ProviderAdapter,
+    StreamTranslator,
+    UpstreamCall,
+    UpstreamRequest,
+    UpstreamResponse,
+)
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
@@ -32,6 +35,35 @@ from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
 MOCK_BASE_URL = "http://mock.invalid/v1"
 T = TypeVar("T")
+
+
+class Reply(Protocol):
+    """An upstream's answer: status and headers (lower-case names), then the body as it arrives."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class UpstreamClient(Protocol):
+    async def request(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> Reply: ...
+
+    async def aclose(self) -> None: ...
 
 
 class InFlight:
@@ -71,7 +103,7 @@ class OpenStream:
 
     deployment: Deployment
     translator: StreamTranslator
-    response: httpx.Response
+    reply: Reply
     first_frames: list[bytes]
     decoder: SSEDecoder
     chunks: AsyncIterator[bytes]
@@ -120,7 +152,7 @@ class OpenStream:
             self.finished = True
         finally:
             self.in_flight.release()
-            await self.response.aclose()
+            await self.reply.aclose()
 
 
 class Executor:
@@ -130,32 +162,24 @@ class Executor:
         self._health = health
         self._rng = rng or random.Random()
         self._round_robin = {p.name: itertools.cycle(p.urls or (MOCK_BASE_URL,)) for p in catalog.providers}
-        # httpcore's pool scans every connection per request (CPU grows with concurrency); the aiohttp
-        # transport keeps httpx's API at a quarter of the cost (docs/performance.md).
-        # The transport is used without httpx.AsyncClient's layers (cookies, redirects, auth, URL
-        # merging): the gateway needs none of them, and they cost more than the request itself.
-        limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=60)
-        self._transport: httpx.AsyncBaseTransport = AiohttpTransport(limits=limits, trust_env=False)
-        self._mock_transport: httpx.AsyncBaseTransport | None = None
+        self._network: UpstreamClient = UpstreamPool()
+        self._mock: UpstreamClient | None = None
         if any(p.kind is ProviderKind.MOCK for p in catalog.providers):
+            from gateway.dispatch.httpx_bridge import HttpxUpstream
             from gateway.mockupstream.behaviour import MockBehaviour
             from gateway.mockupstream.transport import InProcessMockTransport
 
-            self._mock_transport = InProcessMockTransport(MockBehaviour())
-        self._timeouts = {
-            p.name: httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s).as_dict()
-            for p in catalog.providers
-        }
+            self._mock = HttpxUpstream(InProcessMockTransport(MockBehaviour()))
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
-        if self._mock_transport is not None:
-            await self._mock_transport.aclose()
+        await self._network.aclose()
+        if self._mock is not None:
+            await self._mock.aclose()
 
-    def _transport_for(self, provider: Provider) -> httpx.AsyncBaseTransport:
-        if provider.kind is ProviderKind.MOCK and self._mock_transport is not None:
-            return self._mock_transport
-        return self._transport
+    def _client_for(self, provider: Provider) -> UpstreamClient:
+        if provider.kind is ProviderKind.MOCK and self._mock is not None:
+            return self._mock
+        return self._network
 
     def _base_url(self, provider: Provider, cache_key: str | None) -> str:
         urls = provider.urls or (MOCK_BASE_URL,)
@@ -165,29 +189,30 @@ class Executor:
             return rendezvous_pick(cache_key, urls)  # replica affinity keeps a prefix cache warm
         return next(self._round_robin[provider.name])
 
-    def _build(self, deployment: Deployment, call: UpstreamCall) -> tuple[ProviderAdapter, httpx.Request]:
+    def _build(self, deployment: Deployment, call: UpstreamCall) -> tuple[ProviderAdapter, UpstreamRequest]:
         provider = deployment.provider
         adapter = adapter_for(provider.kind)
-        upstream = adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
-        request = httpx.Request(
-            upstream.method,
-            parsed_url(upstream.url),
-            headers=upstream.headers,
-            content=upstream.content,
-            extensions={"timeout": self._timeouts[provider.name]},
+        return adapter, adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
+
+    async def _open(self, provider: Provider, request: UpstreamRequest) -> Reply:
+        return await self._client_for(provider).request(
+            request.method,
+            request.url,
+            request.headers,
+            request.content,
+            connect_timeout=provider.connect_timeout_s,
+            read_timeout=provider.timeout_s,
         )
-        return adapter, request
 
     async def send(
         self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
     ) -> UpstreamResponse:
         """A non-streaming request, retried on this deployment while the failure allows."""
         adapter, request = self._build(deployment, call)
-        transport = self._transport_for(deployment.provider)
 
         async def once() -> UpstreamResponse:
             with self._in_flight(deployment.id):
-                body = await self._exchange(transport, request, adapter)
+                body = await self._exchange(deployment.provider, request, adapter)
             return adapter.parse_response(call, body)
 
         return await self._retrying(deployment, attempts, max_attempts, once)
@@ -224,22 +249,21 @@ class Executor:
         return InFlight(self._health.in_flight, deployment_id)
 
     async def _exchange(
-        self, transport: httpx.AsyncBaseTransport, request: httpx.Request, adapter: ProviderAdapter
+        self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
     ) -> bytes:
-        with map_transport_errors():
-            response = await transport.handle_async_request(request)
-            try:
-                body = await self._read_capped(response)
-            finally:
-                await response.aclose()
-        if response.status_code >= 400:
-            raise adapter.classify_error(response.status_code, body, response.headers)
+        reply = await self._open(provider, request)
+        try:
+            body = await self._read_capped(reply)
+        finally:
+            await reply.aclose()
+        if reply.status >= 400:
+            raise adapter.classify_error(reply.status, body, reply.headers)
         return body
 
-    async def _read_capped(self, response: httpx.Response) -> bytes:
+    async def _read_capped(self, reply: Reply) -> bytes:
         parts: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
+        async for chunk in reply.chunks():
             size += len(chunk)
             if size > self._max_response:
                 raise UpstreamTooLarge("The upstream response exceeds the gateway's size limit")
@@ -251,40 +275,32 @@ class Executor:
     ) -> OpenStream:
         """Start a stream and read it up to its first frames; failures before then may be retried."""
         adapter, request = self._build(deployment, call)
-        transport = self._transport_for(deployment.provider)
 
         async def once() -> OpenStream:
-            return await self._first_frames(transport, request, adapter, deployment, call)
+            return await self._first_frames(request, adapter, deployment, call)
 
         return await self._retrying(deployment, attempts, max_attempts, once)
 
     async def _first_frames(
-        self,
-        transport: httpx.AsyncBaseTransport,
-        request: httpx.Request,
-        adapter: ProviderAdapter,
-        deployment: Deployment,
-        call: UpstreamCall,
+        self, request: UpstreamRequest, adapter: ProviderAdapter, deployment: Deployment, call: UpstreamCall
     ) -> OpenStream:
         in_flight = self._in_flight(deployment.id)
         try:
-            with map_transport_errors():
-                response = await transport.handle_async_request(request)
+            reply = await self._open(deployment.provider, request)
         except BaseException:
             in_flight.release()
             raise
         try:
-            if response.status_code >= 400:
-                with map_transport_errors():
-                    body = await self._read_capped(response)
-                raise adapter.classify_error(response.status_code, body, response.headers)
+            if reply.status >= 400:
+                body = await self._read_capped(reply)
+                raise adapter.classify_error(reply.status, body, reply.headers)
             stream = OpenStream(
                 deployment,
                 adapter.stream_translator(call),
-                response,
+                reply,
                 [],
                 SSEDecoder(),
-                mapped_chunks(response.aiter_bytes()),
+                reply.chunks(),
                 in_flight,
                 self._max_response,
             )
@@ -292,7 +308,7 @@ class Executor:
             return stream
         except BaseException:
             in_flight.release()
-            await response.aclose()
+            await reply.aclose()
             raise
 
     async def _on_failure(self, deployment: Deployment, exc: UpstreamError) -> None:
@@ -305,39 +321,7 @@ class Executor:
         return backoff_delay(self._retry, attempt, self._rng)
 
 
-@functools.lru_cache(maxsize=4096)
-def parsed_url(url: str) -> httpx.URL:
-    """Upstream URLs repeat (a few per deployment): parse each once, not once per request."""
-    return httpx.URL(url)
-
-
 def backoff_delay(retry: RetrySettings, attempt: int, rng: random.Random) -> float:
     """Exponential backoff with full jitter between half and all of the step."""
     step = min(retry.backoff_max_s, retry.backoff_base_s * 2.0 ** (attempt - 1))
     return float(step * (0.5 + rng.random() / 2))
-
-
-async def mapped_chunks(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    with map_transport_errors():
-        async for chunk in raw:
-            yield chunk
-
-
-class map_transport_errors:
-    """Translate httpx's exceptions into the gateway's own, so nothing above knows httpx."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or not isinstance(exc, httpx.HTTPError):
-            return
-        if isinstance(exc.__cause__, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-            raise UpstreamError("The upstream closed the connection mid-response") from exc
-        if isinstance(exc.__cause__, aiohttp.ClientConnectorError):
-            raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
-        if isinstance(exc, httpx.TimeoutException):
-            raise UpstreamTimeout("The upstream did not answer in time") from exc
-        if isinstance(exc, httpx.ConnectError):
-            raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
-        raise UpstreamError(f"The upstream connection failed ({type(exc).__name__})") from exc

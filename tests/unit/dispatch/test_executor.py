@@ -1,6 +1,6 @@
 """The executor against a real mock upstream process: replica choice, retries, errors, streams.
 
-The executor builds its own pooled httpx client, so it is exercised over real HTTP against
+The executor owns its upstream connection pool, so it is exercised over real HTTP against
 `gateway mock-upstream` (the seam), with failures injected through the mock's behaviour; the
 built-in `mock` provider kind is served in-process.
 """
