@@ -19,7 +19,7 @@ from decimal import Decimal
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.auth.principal import Principal
 from gateway.limits.headers import rate_limit_headers, rate_limited
@@ -236,7 +236,7 @@ class RedisLimiter:
         try:
             await self._flush_pending()
             keys = [*names, *map(window_key, windows)]
-            await self._batcher.submit(lambda pipe: self._settle(keys=keys, args=args, client=pipe))
+            await self._settle_batched(keys, args)
         except RedisError as exc:
             self._degrade(exc)
             for name in names if units else ():
@@ -245,6 +245,15 @@ class RedisLimiter:
         self._recover()
         for name in names if units else ():
             self._known[name] = self._known.get(name, 0) + units
+
+    async def _settle_batched(self, keys: list[str], args: list[str]) -> None:
+        """EVALSHA in the shared pipeline. A Script object would make redis-py send SCRIPT EXISTS
+        before every pipeline it is in (one more round trip per flush); a Redis that lost the
+        script (a restart) answers NOSCRIPT once, and the script call below loads it again."""
+        try:
+            await self._batcher.submit(lambda pipe: pipe.evalsha(self._settle.sha, len(keys), *keys, *args))
+        except NoScriptError:
+            await self._settle(keys=keys, args=args)
 
     async def _flush_pending(self) -> None:
         """Add the spend settled during an outage to Redis, once it answers again."""

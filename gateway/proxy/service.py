@@ -280,10 +280,11 @@ class ProxyService:
         )
         if self._settle is None:
             await self._usage.append(event)
-        else:  # both awaited (the spend counts before the client has its answer), side by side
-            await asyncio.gather(
-                self._usage.append(event), self._settle(ctx.principal, event, ctx.estimated_tokens)
-            )
+        else:  # both awaited (the spend counts before the client has its answer), side by side:
+            # one task, not gather's two, and both commands join the same pipelined round trip
+            settled = asyncio.ensure_future(self._settle(ctx.principal, event, ctx.estimated_tokens))
+            await self._usage.append(event)
+            await settled
         if self._on_event is not None:
             self._on_event(event)
         log.info(

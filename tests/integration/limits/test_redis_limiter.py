@@ -73,3 +73,15 @@ async def test_concurrent_settles_sum_exactly_and_the_budget_holds(redis_pair: t
     assert await limiters[0].spent_usd("team", "team_a", "2026-11") == total
     assert isinstance(await outcome(limiters[1], 0, team_budget_usd=total), QuotaExceeded)
     assert isinstance(await outcome(limiters[1], 0, key_budget_usd=total + Decimal("1E-10")), Admission)
+
+
+async def test_settles_still_count_after_redis_forgets_its_scripts(redis_pair: tuple[Redis, Redis]) -> None:
+    """Settles run EVALSHA in a shared pipeline; a Redis restart empties its script cache."""
+    clock = Clock()
+    limiter = RedisLimiter(redis_pair[0], clock)
+    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+    await redis_pair[0].script_flush()
+
+    await asyncio.gather(*(limiter.settle(principal(), usage_event(clock, cost="0.25"), 0) for _ in range(3)))
+
+    assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("1.00")
