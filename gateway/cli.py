@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level="warning",
         timeout_graceful_shutdown=30,
         server_header=False,
+        proxy_headers=False,  # the gateway never reads the client address; skip the rewrite per request
     )
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 
 import msgspec
 import structlog
@@ -12,6 +14,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.auth.principal import Principal
 from gateway.errors import GatewayError, ModelNotFound
 from gateway.limits import estimate_tokens, requested_max_tokens
 from gateway.providers.base import Endpoint
@@ -46,17 +49,33 @@ def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) 
     }
 
 
-async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
-    services = services_of(request)
-    request_id = request.state.request_id = new_request_id()
-    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
-    request.state.principal = principal
-    raw = await request.body()
+@dataclass(slots=True)
+class ProxyExchange:
+    """Who and what one proxied request is, as far as it got: error replies and logs read it."""
+
+    request_id: str = field(default_factory=new_request_id)
+    principal: Principal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyResult:
+    headers: dict[str, str]
+    body: bytes = b""
+    frames: AsyncIterator[bytes] | None = None  # an SSE stream instead of a body
+
+
+async def run_proxy(
+    services: Services, exchange: ProxyExchange, headers: Mapping[str, str], raw: bytes, endpoint: Endpoint
+) -> ProxyResult:
+    """One proxied request, from its headers (lower-case names) and body to the answer's parts.
+
+    Shared by the Litestar handlers below and the ASGI front (`gateway.api.proxy_asgi`)."""
+    principal = exchange.principal = await services.key_cache.authenticate(headers.get("authorization"))
     parsed = parse_request(raw, endpoint, services.settings.catalog.limits.max_messages)
-    directives = parse_directives(request.headers, parsed.gateway_object)
+    directives = parse_directives(headers, parsed.gateway_object)
     estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
     admission = await services.limiter.admit(principal, estimated)
-    ctx = ProxyContext(request_id, principal, parsed, directives, estimated_tokens=estimated)
+    ctx = ProxyContext(exchange.request_id, principal, parsed, directives, estimated_tokens=estimated)
     try:
         if parsed.stream:
             stream = await services.proxy.open_stream(ctx)
@@ -69,14 +88,24 @@ async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stre
         raise
     overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
     if parsed.stream:
-        headers = gateway_headers(request_id, stream.deployment, overhead) | SSE_HEADERS | admission.headers
-        return Stream(services.proxy.relay(ctx, stream), media_type="text/event-stream", headers=headers)
+        headers = gateway_headers(exchange.request_id, stream.deployment, overhead) | SSE_HEADERS
+        return ProxyResult(headers | admission.headers, frames=services.proxy.relay(ctx, stream))
     services.metrics.observe_overhead(overhead)
-    return Response(
-        completed.response.body,
-        media_type=JSON,
-        headers=gateway_headers(request_id, completed.deployment, overhead) | admission.headers,
-    )
+    headers = gateway_headers(exchange.request_id, completed.deployment, overhead) | admission.headers
+    return ProxyResult(headers, body=completed.response.body)
+
+
+async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
+    exchange = ProxyExchange()
+    try:
+        result = await run_proxy(
+            services_of(request), exchange, request.headers, await request.body(), endpoint
+        )
+    finally:  # the error handlers read these
+        request.state.request_id, request.state.principal = exchange.request_id, exchange.principal
+    if result.frames is not None:
+        return Stream(result.frames, media_type="text/event-stream", headers=result.headers)
+    return Response(result.body, media_type=JSON, headers=result.headers)
 
 
 _ANY_OBJECT = {"type": "object"}

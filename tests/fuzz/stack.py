@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from litestar import Litestar
+from litestar.types import ASGIApp
 
-from gateway.app import create_app
+from gateway.asgi import serving_app
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
 from gateway.settings import Settings, load_settings
@@ -23,7 +23,7 @@ DEFAULT_CONFIG = REPO / "config" / "gateway.yaml"
 
 @dataclass(frozen=True)
 class FuzzStack:
-    app: Litestar
+    app: ASGIApp  # what `gateway serve` runs (gateway.asgi.serving_app)
     settings: Settings
     team_id: str
     team_key: str
@@ -70,4 +70,4 @@ def build_stack(directory: Path, config: Path = DEFAULT_CONFIG) -> FuzzStack:
     """For synchronous callers (schemathesis runs the app on its own event loop thread)."""
     settings = fuzz_settings(directory, config)
     team_id, secret = asyncio.run(prepare_database(settings))
-    return FuzzStack(create_app(settings), settings, team_id, secret)
+    return FuzzStack(serving_app(settings), settings, team_id, secret)

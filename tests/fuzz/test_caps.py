@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from gateway.app import create_app
+from gateway.asgi import serving_app
 from tests.fuzz.stack import DEFAULT_CONFIG, FuzzStack, fuzz_settings, prepare_database
 from tests.support.openapi import validate
 
@@ -32,7 +33,7 @@ async def capped(tmp_path: Path) -> AsyncIterator[tuple[FuzzStack, AsyncTestClie
     config.write_text(config.read_text().replace("max_body_bytes: 33554432", f"max_body_bytes: {MAX_BODY}"))
     settings = fuzz_settings(tmp_path, config)
     team_id, secret = await prepare_database(settings)
-    stack = FuzzStack(create_app(settings), settings, team_id, secret)
+    stack = FuzzStack(serving_app(settings), settings, team_id, secret)
     async with AsyncTestClient(app=stack.app) as client:
         yield stack, client
 
@@ -166,3 +167,68 @@ async def test_oversized_request_headers_are_431(capped: tuple[FuzzStack, AsyncT
     assert response.status_code == 431
     validate("ErrorResponse", response.json())
     assert (await client.get("/v1/models", headers=stack.team_auth)).status_code == 200
+
+
+async def test_a_streamed_body_without_a_length_over_the_cap_is_413(
+    capped: tuple[FuzzStack, AsyncTestClient[Litestar]],
+) -> None:
+    """No content-length to refuse up front: the proxy front counts as it reads, and stops."""
+    stack, client = capped
+    assert (await client.get("/v1/models", headers=stack.team_auth)).status_code == 200
+    read = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        read += 1
+        return {"type": "http.request", "body": b" " * (MAX_BODY // 2), "more_body": read < 100}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await stack.app(chat_scope(stack), receive, send)  # type: ignore[arg-type]
+
+    assert sent[0]["status"] == 413
+    validate("ErrorResponse", msgspec.json.decode(sent[1]["body"]))
+    assert read == 3  # the third piece crossed the cap; the rest was never asked for
+
+
+def chat_scope(stack: FuzzStack) -> dict[str, Any]:
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+        "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+        "headers": [(b"authorization", stack.team_auth["Authorization"].encode())], "state": {},
+    }  # fmt: skip
+
+
+async def test_a_proxied_path_with_another_method_is_an_openai_405(
+    capped: tuple[FuzzStack, AsyncTestClient[Litestar]],
+) -> None:
+    stack, client = capped
+    response = await client.get("/v1/chat/completions", headers=stack.team_auth)
+    assert error_of(response, 405)["type"] == "invalid_request_error"
+
+
+async def test_a_client_that_leaves_mid_body_gets_no_answer(
+    capped: tuple[FuzzStack, AsyncTestClient[Litestar]],
+) -> None:
+    stack, client = capped
+    assert (await client.get("/v1/models", headers=stack.team_auth)).status_code == 200
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"model": "gpt-4o', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await stack.app(chat_scope(stack), receive, send)  # type: ignore[arg-type]
+
+    assert sent == []

@@ -10,7 +10,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from gateway.app import create_app
+from gateway.asgi import serving_app
 from tests.fuzz.stack import FuzzStack, fuzz_settings, prepare_database
 from tests.support.openapi import validate
 
@@ -22,7 +22,7 @@ CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
 async def gateway(tmp_path: Path) -> AsyncIterator[tuple[FuzzStack, Client]]:
     settings = fuzz_settings(tmp_path)
     team_id, secret = await prepare_database(settings)
-    stack = FuzzStack(create_app(settings), settings, team_id, secret)
+    stack = FuzzStack(serving_app(settings), settings, team_id, secret)
     async with AsyncTestClient(app=stack.app) as client:
         yield stack, client
 

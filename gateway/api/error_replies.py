@@ -1,0 +1,69 @@
+"""Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
+
+`gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
+Each logs the refusal once (never the key, never the prompt).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+import structlog
+
+from gateway.auth.principal import Principal
+from gateway.errors import ErrorBody, ErrorDetail, GatewayError
+
+log = structlog.get_logger("gateway.app")
+
+HTTP_TYPES = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", "permission_denied"),
+    404: ("not_found_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+TOO_LARGE = "The request body is larger than the gateway accepts"
+
+
+class ErrorReply(NamedTuple):
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def request_id_header(request_id: str | None) -> dict[str, str]:
+    return {"x-request-id": request_id} if request_id else {}
+
+
+def gateway_error_reply(
+    exc: GatewayError, request_id: str | None, principal: Principal | None, path: str
+) -> ErrorReply:
+    headers = request_id_header(request_id) | exc.headers
+    if not exc.logged:
+        log.info(
+            "request_rejected",
+            request_id=request_id,
+            key=getattr(principal, "key_prefix", None),
+            path=path,
+            status=exc.status,
+            code=exc.code,
+        )
+    return ErrorReply(exc.status, headers, exc.to_json())
+
+
+def http_error_reply(status: int, detail: str | None, request_id: str | None) -> ErrorReply:
+    kind, code = HTTP_TYPES.get(status, ("api_error", "error"))
+    message = TOO_LARGE if status == 413 else detail or "Request failed"
+    body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=code)))
+    return ErrorReply(status, request_id_header(request_id), body)
+
+
+def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> ErrorReply:
+    log.error("internal_error", path=path, error=type(exc).__name__, exc_info=exc)
+    detail = ErrorDetail(
+        message="The gateway failed to handle this request", type="api_error", code="internal_error"
+    )
+    return ErrorReply(500, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)))

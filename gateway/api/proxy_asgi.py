@@ -1,0 +1,107 @@
+"""The proxied endpoints served straight from ASGI, in front of the Litestar app.
+
+POST /v1/chat/completions, /v1/completions and /v1/embeddings are the gateway's hot path.
+Litestar's per-request machinery (request and response objects, the handler signature model,
+header containers, the exception middleware) cost about a tenth of the gateway's CPU per request
+(docs/performance.md). This front reads the body itself, runs the same `run_proxy` as the Litestar
+handlers, and writes the ASGI messages; streams go out through Litestar's own streaming response,
+which also watches for the client leaving. Every other request goes to Litestar, which keeps
+documenting these endpoints in the OpenAPI schema and serving them to in-process clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.enums import ScopeType
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import Receive, Scope, Send
+
+from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.openai import ProxyExchange, run_proxy
+from gateway.errors import GatewayError
+from gateway.providers.base import Endpoint
+
+ENDPOINTS = {
+    "/v1/chat/completions": Endpoint.CHAT,
+    "/v1/completions": Endpoint.COMPLETIONS,
+    "/v1/embeddings": Endpoint.EMBEDDINGS,
+}
+_JSON = (b"content-type", b"application/json")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    pass
+
+
+class ProxyFront:
+    def __init__(self, app: Litestar, max_body_bytes: int) -> None:
+        self.app = app
+        self._max_body = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = ENDPOINTS.get(scope["path"]) if scope["type"] == ScopeType.HTTP else None
+        if endpoint is not None and scope.get("method") == "POST":
+            await self._serve(scope, receive, send, endpoint)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
+        }
+        exchange = ProxyExchange()
+        try:
+            raw = await self._body(receive, headers)
+            result = await run_proxy(self.app.state.services, exchange, headers, raw, endpoint)
+        except GatewayError as exc:
+            reply = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
+            return await _send_reply(send, reply)
+        except BodyTooLarge:
+            return await _send_reply(send, http_error_reply(413, None, exchange.request_id))
+        except ClientGone:
+            return None
+        except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
+            return await _send_reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]))
+        if result.frames is not None:
+            stream = ASGIStreamingResponse(
+                iterator=result.frames, media_type="text/event-stream", headers=result.headers
+            )
+            await stream(scope, receive, send)
+        else:
+            await _send(send, 200, result.headers, result.body)
+        return None
+
+    async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
+            raise BodyTooLarge
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message: Any = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                raise BodyTooLarge
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def _send_reply(send: Send, reply: ErrorReply) -> None:
+    await _send(send, reply.status, reply.headers, reply.body)
+
+
+async def _send(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+    encoded = [_JSON, (b"content-length", b"%d" % len(body))]
+    encoded += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
