@@ -23,6 +23,18 @@ class Principal:
     team_budget_usd: Decimal | None = None
     expires_at: float | None = None  # unix seconds
 
+    @property
+    def unlimited(self) -> bool:
+        """No rate window and no budget binds this caller: admission has nothing to check."""
+        return (
+            self.key_rpm is None
+            and self.key_tpm is None
+            and self.team_rpm is None
+            and self.team_tpm is None
+            and self.key_budget_usd is None
+            and self.team_budget_usd is None
+        )
+
     def may_use_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
 

@@ -133,22 +133,24 @@ class OpenStream:
             raise UpstreamTooLarge("The upstream stream exceeds the gateway's size limit")
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
-        """The rest of the stream as OpenAI SSE frames; errors after the first byte end it in-band."""
+        """The rest of the stream as OpenAI SSE frames; errors after the first byte end it in-band.
+
+        The frames decoded from one upstream read go out together, in one write: nothing waits
+        for anything that has not arrived, and a burst costs one send instead of one per frame."""
         try:
-            for frame in self.first_frames:
-                self.frames_sent += 1
-                yield frame
+            if self.first_frames:
+                self.frames_sent += len(self.first_frames)
+                yield b"".join(self.first_frames)
             async for chunk in self.chunks:
                 self.count(len(chunk))
-                for data in self.decoder.feed(chunk):
-                    for frame in self.translator.feed(data):
-                        self.frames_sent += 1
-                        yield frame
-            for data in self.decoder.close():
-                for frame in self.translator.feed(data):
-                    yield frame
-            for frame in self.translator.finish():
-                yield frame
+                out = [frame for data in self.decoder.feed(chunk) for frame in self.translator.feed(data)]
+                if out:
+                    self.frames_sent += len(out)
+                    yield b"".join(out)
+            tail = [frame for data in self.decoder.close() for frame in self.translator.feed(data)]
+            tail += self.translator.finish()
+            if tail:
+                yield b"".join(tail)
             self.finished = True
         finally:
             self.in_flight.release()

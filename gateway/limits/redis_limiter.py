@@ -170,15 +170,14 @@ class RedisLimiter:
         return "" if self._clock is None else repr(self._clock() * 1e6)
 
     async def admit(self, principal: Principal, estimated_tokens: int) -> Admission:
+        if principal.unlimited and not self._pending:
+            return Admission(estimated_tokens, {})  # nothing to check: spare Redis the round trip
         now = self._wall()
         names = (
             spend_key("key", principal.key_id, month_of(now)),
             spend_key("team", principal.team_id, month_of(now)),
         )
         windows = windows_for(principal)
-        unbudgeted = principal.key_budget_usd is None and principal.team_budget_usd is None
-        if not windows and unbudgeted and not self._pending:
-            return Admission(estimated_tokens, {})  # nothing to check: spare Redis the round trip
         args = [self._now_arg(), *self._budget_args(principal)]
         for window in windows:
             args += [str(window.limit), str(cost_in(window, estimated_tokens))]
