@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import asyncpg
 import structlog
 from sqlalchemy import Insert, Table
 from sqlalchemy.dialects import postgresql, sqlite
@@ -62,6 +63,7 @@ class UsageWriter:
         self._stopping = asyncio.Event()
         self._run_task: asyncio.Task[None] | None = None
         self._next_reclaim = 0.0  # monotonic; the first cycle takes over what a dead writer left
+        self._writing: asyncio.Future[None] | None = None  # a full batch's write, overlapping the next read
 
     async def run(self) -> None:
         """Write until `stop`: read a batch (waiting up to flush_interval_s), persist it, repeat."""
@@ -102,10 +104,19 @@ class UsageWriter:
             pass
 
     async def _cycle(self, block_ms: int) -> int:
+        """Read a batch while the previous full batch is still being written, then write this one.
+
+        One write at a time, and entries are acked only after their own commit; the overlap only
+        hides the Redis read and the decoding behind the database's work."""
         entries = await self._reclaim_if_due()
         if not entries:
             entries = await self.buffer.read(self.batch_size, block_ms)
-        if entries:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            await writing
+        if len(entries) == self.batch_size and not self._stopping.is_set():
+            self._writing = asyncio.ensure_future(self._persist(entries))  # more are likely waiting
+        elif entries:
             await self._persist(entries)
         return len(entries)
 
@@ -156,11 +167,10 @@ class UsageWriter:
     async def _insert(self, events: list[UsageEvent]) -> None:
         async with self.session_factory() as session:
             dialect = session.get_bind().dialect.name
-            rows = [record_row(event) for event in events]
-            if dialect == "postgresql" and len(rows) >= COPY_THRESHOLD:
-                await _copy_ignoring_duplicates(session, rows)
+            if dialect == "postgresql" and len(events) >= COPY_THRESHOLD:
+                await _copy_ignoring_duplicates(session, [record_values(event) for event in events])
             else:
-                await session.execute(_insert_ignoring_duplicates(dialect), rows)
+                await session.execute(_insert_ignoring_duplicates(dialect), [record_row(e) for e in events])
             await session.commit()
 
     def _backoff(self, failures: int) -> float:
@@ -177,26 +187,31 @@ COPY_THRESHOLD = 50  # below this a plain multi-row INSERT is as fast as COPY
 _STAGING = "usage_records_staging"
 
 
-async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[dict[str, object]]) -> None:
-    """COPY into a session-local staging table, then one INSERT ... ON CONFLICT DO NOTHING.
+async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[object, ...]]) -> None:
+    """Binary COPY straight into usage_records; if a row is already there (a retried or reclaimed
+    batch), COPY into a session-local staging table and `INSERT ... ON CONFLICT DO NOTHING` instead.
 
     The binary COPY protocol skips per-row parameter handling: several times the rows/s of an
-    executemany, with the same idempotency.
+    executemany. Duplicates are rare (they follow a crash or a failed ack), so the common batch is
+    written once, not twice; the idempotency is the same.
     """
     connection = await session.connection()
     raw = (await connection.get_raw_connection()).driver_connection
     assert raw is not None
-    columns = list(rows[0])
-    names = ", ".join(columns)
+    try:
+        async with raw.transaction():
+            await raw.copy_records_to_table("usage_records", records=rows, columns=COLUMNS)
+        return
+    except asyncpg.UniqueViolationError:
+        pass  # some of these are stored already: the idempotent path below
+    names = ", ".join(COLUMNS)
     # One transaction of the driver's own: the staging rows live until its commit.
     async with raw.transaction():
         await raw.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} "
             "(LIKE usage_records INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
         )
-        await raw.copy_records_to_table(
-            _STAGING, records=[tuple(row[c] for c in columns) for row in rows], columns=columns
-        )
+        await raw.copy_records_to_table(_STAGING, records=rows, columns=COLUMNS)
         await raw.execute(
             f"INSERT INTO usage_records ({names}) SELECT {names} FROM {_STAGING} "  # noqa: S608 - fixed names
             "ON CONFLICT (request_id) DO NOTHING"
@@ -212,32 +227,44 @@ def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
     raise RuntimeError(f"usage records cannot be written to a {dialect_name} database")
 
 
+COLUMNS = (
+    "request_id", "created_at", "team_id", "key_id", "model", "provider", "region", "deployment",
+    "upstream_model", "endpoint", "batch_id", "status", "prompt_tokens", "completion_tokens",
+    "cached_tokens", "cache_write_tokens", "usage_source", "cost", "uncached_cost", "latency_ms",
+    "ttft_ms", "error_code",
+)  # fmt: skip
+
+
+def record_values(event: UsageEvent) -> tuple[object, ...]:
+    """The usage_records row for one event, in `COLUMNS` order (time as an aware UTC datetime)."""
+    return (
+        event.request_id,
+        datetime.fromtimestamp(event.created_at, UTC),
+        event.team_id,
+        event.key_id,
+        event.model,
+        event.provider,
+        event.region,
+        event.deployment,
+        event.upstream_model,
+        event.endpoint,
+        event.batch_id,
+        event.status,
+        event.prompt_tokens,
+        event.completion_tokens,
+        event.cached_tokens,
+        event.cache_write_tokens,
+        event.usage_source.value,
+        event.cost,
+        event.uncached_cost,
+        _milliseconds(event.latency_ms),
+        None if event.ttft_ms is None else _milliseconds(event.ttft_ms),
+        event.error_code,
+    )
+
+
 def record_row(event: UsageEvent) -> dict[str, object]:
-    """The usage_records row for one event (time as an aware UTC datetime)."""
-    return {
-        "request_id": event.request_id,
-        "created_at": datetime.fromtimestamp(event.created_at, UTC),
-        "team_id": event.team_id,
-        "key_id": event.key_id,
-        "model": event.model,
-        "provider": event.provider,
-        "region": event.region,
-        "deployment": event.deployment,
-        "upstream_model": event.upstream_model,
-        "endpoint": event.endpoint,
-        "batch_id": event.batch_id,
-        "status": event.status,
-        "prompt_tokens": event.prompt_tokens,
-        "completion_tokens": event.completion_tokens,
-        "cached_tokens": event.cached_tokens,
-        "cache_write_tokens": event.cache_write_tokens,
-        "usage_source": event.usage_source.value,
-        "cost": event.cost,
-        "uncached_cost": event.uncached_cost,
-        "latency_ms": _milliseconds(event.latency_ms),
-        "ttft_ms": None if event.ttft_ms is None else _milliseconds(event.ttft_ms),
-        "error_code": event.error_code,
-    }
+    return dict(zip(COLUMNS, record_values(event), strict=True))
 
 
 def _milliseconds(value: float) -> Decimal:
