@@ -19,7 +19,6 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     )
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
