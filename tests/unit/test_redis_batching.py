@@ -51,3 +51,22 @@ async def test_an_unreachable_redis_fails_every_caller() -> None:
     batcher = PipelineBatcher(redis)
     with pytest.raises(RedisConnectionError):
         await asyncio.gather(*(batcher.submit(lambda p: p.incr("x")) for _ in range(5)))
+
+
+async def test_commands_of_one_loop_iteration_share_one_pipeline() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    pipelines = 0
+    open_pipeline = redis.pipeline
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal pipelines
+        pipelines += 1
+        return open_pipeline(*args, **kwargs)  # type: ignore[arg-type]
+
+    redis.pipeline = counted  # type: ignore[method-assign]
+    batcher = PipelineBatcher(redis)
+
+    await asyncio.gather(*(batcher.submit(lambda p, i=i: p.set(f"k{i}", i)) for i in range(50)))
+    assert pipelines == 1
+    await batcher.submit(lambda p: p.set("later", 1))
+    assert pipelines == 2
