@@ -167,7 +167,7 @@ class UsageWriter:
     async def _insert(self, events: list[UsageEvent]) -> None:
         async with self.session_factory() as session:
             dialect = session.get_bind().dialect.name
-            if dialect == "postgresql" and len(events) >= COPY_THRESHOLD:
+            if dialect == "postgresql":  # COPY is the cheaper of the two from a single row up
                 await _copy_ignoring_duplicates(session, [record_values(event) for event in events])
             else:
                 await session.execute(_insert_ignoring_duplicates(dialect), [record_row(e) for e in events])
@@ -183,7 +183,6 @@ class UsageWriter:
 
 
 GATHER_S = 0.05  # the pause after a part batch; records reach the database this much later
-COPY_THRESHOLD = 50  # below this a plain multi-row INSERT is as fast as COPY
 _STAGING = "usage_records_staging"
 
 
@@ -198,6 +197,18 @@ async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[obje
     connection = await session.connection()
     raw = (await connection.get_raw_connection()).driver_connection
     assert raw is not None
+    try:
+        await _copy_on(raw, rows)
+    except asyncpg.PostgresError:
+        raise  # the server refused: the driver's transaction rolled back, the connection is sound
+    except BaseException:
+        # Broken under the driver (the server went away mid-COPY): SQLAlchemy never saw it, so tell
+        # its pool, or the next checkout would get the same dead connection.
+        await connection.invalidate()
+        raise
+
+
+async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]]) -> None:
     try:
         async with raw.transaction():
             await raw.copy_records_to_table("usage_records", records=rows, columns=COLUMNS)
