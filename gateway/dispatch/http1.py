@@ -227,10 +227,10 @@ class Connection(asyncio.Protocol):
 class Reply:
     """An upstream's answer: status and headers at once, the body as it arrives."""
 
-    __slots__ = ("_conn", "_read_timeout", "_released", "headers", "status")
+    __slots__ = ("_conn", "_read_timeout", "_released", "_slots", "headers", "status")
 
-    def __init__(self, conn: Connection, read_timeout: float) -> None:
-        self._conn, self._read_timeout, self._released = conn, read_timeout, False
+    def __init__(self, conn: Connection, read_timeout: float, slots: asyncio.Semaphore) -> None:
+        self._conn, self._read_timeout, self._released, self._slots = conn, read_timeout, False, slots
         self.status = conn.status
         self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in conn.raw_headers}
 
@@ -249,6 +249,7 @@ class Reply:
             conn.pool.put_back(conn)
         else:
             conn.close()
+        self._slots.release()
 
     async def aclose(self) -> None:
         """Give the connection back when the body was read whole; otherwise it cannot be reused."""
@@ -256,10 +257,19 @@ class Reply:
 
 
 class UpstreamPool:
-    """Idle keep-alive connections by origin; a new connection when none is idle."""
+    """Idle keep-alive connections by origin; a new connection when none is idle.
 
-    def __init__(self, max_idle_per_origin: int = 1024, keepalive_s: float = 60.0) -> None:
+    At most `max_per_origin` exchanges run at once per origin (a burst must not exhaust the
+    process's file descriptors or the upstream's accept queue); beyond that a request waits for
+    one to end, up to its connect timeout.
+    """
+
+    def __init__(
+        self, max_per_origin: int = 4096, max_idle_per_origin: int = 1024, keepalive_s: float = 60.0
+    ) -> None:
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
+        self._max_per_origin = max_per_origin
         self._max_idle = max_idle_per_origin
         self._keepalive_s = keepalive_s
         self._ssl: ssl.SSLContext | None = None
@@ -280,14 +290,36 @@ class UpstreamPool:
         except ValueError as exc:
             raise UpstreamMisconfigured(f"The upstream URL is invalid ({exc})") from exc
         head = request_head(method, target, headers, len(body))
-        conn = self._idle_connection(target.origin) or await self._connect(target.origin, connect_timeout)
+        slots = await self._slot(target.origin, connect_timeout)
+        try:
+            conn = self._idle_connection(target.origin) or await self._connect(target.origin, connect_timeout)
+        except BaseException:
+            slots.release()
+            raise
         conn.send(head, body)
         try:
             await conn.response_head(read_timeout)
         except BaseException:
             conn.close()
+            slots.release()
             raise
-        return Reply(conn, read_timeout)
+        return Reply(conn, read_timeout, slots)
+
+    async def _slot(self, origin: tuple[str, str, int], wait_s: float) -> asyncio.Semaphore:
+        slots = self._slots.get(origin)
+        if slots is None:
+            slots = self._slots[origin] = asyncio.Semaphore(self._max_per_origin)
+        if not slots.locked():
+            await slots.acquire()  # free: returns without suspending
+            return slots
+        try:
+            async with asyncio.timeout(wait_s):
+                await slots.acquire()
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"All {self._max_per_origin} connections to the upstream stayed busy"
+            ) from exc
+        return slots
 
     def _idle_connection(self, origin: tuple[str, str, int]) -> Connection | None:
         idle = self._idle.get(origin)

@@ -276,6 +276,65 @@ async def test_a_url_that_is_not_http_is_misconfigured(pool: UpstreamPool) -> No
         await pool.request("POST", "ftp://example.com/x", {}, b"", connect_timeout=1, read_timeout=1)
 
 
+async def test_exchanges_beyond_the_cap_wait_for_a_free_connection() -> None:
+    release = asyncio.Event()
+    open_now = peak = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now, peak
+        while True:  # kept alive, as a real upstream would
+            await server.read_request(reader)
+            open_now += 1
+            peak = max(peak, open_now)
+            await release.wait()
+            open_now -= 1
+            writer.write(OK)
+            await writer.drain()
+
+    pool = UpstreamPool(max_per_origin=2)
+    async with Scripted(handler) as server:
+        calls = [asyncio.create_task(fetch(pool, server.url)) for _ in range(5)]
+        await asyncio.sleep(0.2)
+        assert (len(server.requests), peak) == (2, 2)  # three wait for a slot
+        release.set()
+        assert await asyncio.gather(*calls) == [(200, b'{"ok":true}')] * 5
+    await pool.aclose()
+    assert peak == 2
+
+
+async def test_waiting_for_a_connection_gives_up_at_the_connect_timeout() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        await asyncio.sleep(10)
+
+    pool = UpstreamPool(max_per_origin=1)
+    async with Scripted(handler) as server:
+        busy = asyncio.create_task(fetch(pool, server.url, read_timeout=5))
+        await asyncio.sleep(0.1)
+        with pytest.raises(UpstreamTimeout, match="stayed busy"):
+            await pool.request("POST", server.url, {}, b"{}", connect_timeout=0.2, read_timeout=5)
+        busy.cancel()
+    await pool.aclose()
+
+
+async def test_failed_exchanges_give_their_slot_back() -> None:
+    pool = UpstreamPool(max_per_origin=1)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        if server.connections <= 3:
+            return  # closed without an answer
+        writer.write(OK)
+        await writer.drain()
+
+    async with Scripted(handler) as server:
+        for _ in range(3):
+            with pytest.raises(UpstreamUnavailable):
+                await fetch(pool, server.url)
+        assert await fetch(pool, server.url) == (200, b'{"ok":true}')
+    await pool.aclose()
+
+
 def test_the_same_exchanges_over_uvloop() -> None:
     """`gateway serve` runs uvloop, whose transports differ from asyncio's in small ways."""
 
