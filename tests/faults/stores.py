@@ -19,6 +19,7 @@ from pathlib import Path
 
 import redis
 
+from tests.support.children import die_with_parent
 from tests.support.gateway import free_port
 
 
@@ -117,7 +118,9 @@ class PrivateRedis:
             "--appendonly", "yes" if self.appendonly else "no", "--dir", str(self.root),
         ]  # fmt: skip
         log = (self.root / "redis.log").open("ab")
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 15
         try:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.children import die_with_parent
+
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -63,6 +65,7 @@ class GatewayProcess:
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.children import die_with_parent
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 15.0
 FLAGGED = {"latency_ms", "chunk_delay_ms", "chunks", "prompt_tokens", "completion_tokens", "cached_tokens",
@@ -120,7 +122,7 @@ def start_mock_upstream(**flags: Any) -> RunningUpstream:
     """Start the mock on a free port with these behaviour flags and wait until it answers."""
     port = free_port()
     command = [sys.executable, "-m", "gateway.mockupstream", "--port", str(port), *_flag_args(flags)]
-    process = subprocess.Popen(command, cwd=REPO)
+    process = subprocess.Popen(command, cwd=REPO, preexec_fn=die_with_parent)
     upstream = RunningUpstream(port, process)
     upstream.wait_ready()
     return upstream
