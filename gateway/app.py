@@ -14,7 +14,6 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.batches import BATCH_HANDLERS
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
-from gateway.api.header_cap import header_cap
 from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
@@ -67,7 +66,6 @@ def create_app(settings: Settings) -> Litestar:
             log.info("gateway_stopped")
 
     return Litestar(
-        middleware=[header_cap],
         route_handlers=[
             *OPENAI_HANDLERS,
             *BATCH_HANDLERS,

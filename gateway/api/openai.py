@@ -88,11 +88,11 @@ async def run_proxy(
         raise
     overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
     if parsed.stream:
-        headers = gateway_headers(exchange.request_id, stream.deployment, overhead) | SSE_HEADERS
-        return ProxyResult(headers | admission.headers, frames=services.proxy.relay(ctx, stream))
+        answer = gateway_headers(exchange.request_id, stream.deployment, overhead) | SSE_HEADERS
+        return ProxyResult(answer | admission.headers, frames=services.proxy.relay(ctx, stream))
     services.metrics.observe_overhead(overhead)
-    headers = gateway_headers(exchange.request_id, completed.deployment, overhead) | admission.headers
-    return ProxyResult(headers, body=completed.response.body)
+    answer = gateway_headers(exchange.request_id, completed.deployment, overhead) | admission.headers
+    return ProxyResult(answer, body=completed.response.body)
 
 
 async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:

@@ -103,9 +103,6 @@ class Connection(asyncio.Protocol):
         except UpstreamError as exc:
             self._fail(exc)
 
-    def eof_received(self) -> bool:
-        return False  # close the transport: connection_lost does the bookkeeping
-
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.headers_done and not self.complete and not self._delimited:
@@ -116,12 +113,6 @@ class Connection(asyncio.Protocol):
             else:
                 self._error = UpstreamUnavailable("The upstream closed the connection before answering")
         self._wake()
-
-    def pause_writing(self) -> None:  # the request body is written whole; nothing to pause
-        pass
-
-    def resume_writing(self) -> None:
-        pass
 
     # --- httptools callbacks ----------------------------------------------------------------
 
@@ -164,9 +155,7 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, error: UpstreamError) -> None:
         self._error = error
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.close()
         self._wake()
 
     def _wake(self) -> None:
@@ -191,9 +180,7 @@ class Connection(asyncio.Protocol):
     def send(self, head: bytes, body: bytes) -> None:
         assert self.transport is not None
         self._reset()
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
-            self.transport.write(body)
+        self.transport.writelines((head, body))
 
     async def response_head(self, wait_s: float) -> None:
         while not self.headers_done:
@@ -346,7 +333,7 @@ class UpstreamPool:
                 )
         except TimeoutError as exc:
             raise UpstreamTimeout("The upstream did not accept the connection in time") from exc
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # ssl.SSLError included
             raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
         return conn
 

@@ -15,7 +15,7 @@ import openai
 import pytest
 import redis
 
-from tests.support.gateway import GatewayProcess, free_port, recreate_database
+from tests.support.gateway import GatewayProcess, Team, create_team, free_port, recreate_database
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 ADMIN_KEY = "admin-batches-secret"
@@ -59,12 +59,6 @@ circuit:
 
 
 @dataclass
-class Team:
-    id: str
-    key: str
-
-
-@dataclass
 class BatchStack:
     gateways: tuple[GatewayProcess, GatewayProcess]
     upstreams: dict[str, RunningUpstream]  # by provider name: east, west
@@ -87,11 +81,7 @@ class BatchStack:
         )
 
     def new_team(self, name: str, **fields: object) -> Team:
-        team = self.admin.post("/admin/teams", json={"name": name, **fields})
-        assert team.status_code == 201, team.text
-        key = self.admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
-        assert key.status_code == 201, key.text
-        return Team(team.json()["id"], key.json()["key"])
+        return create_team(self.admin, name, **fields)
 
     def received(self, provider: str) -> list[dict[str, object]]:
         """The chat requests an upstream recorded (control calls excluded)."""

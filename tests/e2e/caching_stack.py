@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import openai
 
-from tests.support.gateway import POSTGRES_ADMIN_URL, GatewayProcess
+from tests.support.gateway import POSTGRES_ADMIN_URL, GatewayProcess, create_team
 from tests.support.upstream import RunningUpstream
 
 ADMIN_KEY = "admin-caching-secret"
@@ -135,11 +135,8 @@ class CachingStack:
 
     def new_team_key(self, name: str) -> tuple[str, str]:
         """A new team and a key for it: (team id, secret)."""
-        team = self.admin.post("/admin/teams", json={"name": name})
-        assert team.status_code == 201, team.text
-        key = self.admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
-        assert key.status_code == 201, key.text
-        return team.json()["id"], key.json()["key"]
+        team = create_team(self.admin, name)
+        return team.id, team.key
 
     def usage_rows(self, expected_requests: int, **params: str) -> list[dict[str, Any]]:
         """The admin usage report once it counts `expected_requests` (records are written off-path)."""

@@ -12,7 +12,7 @@ import openai
 import pytest
 import redis
 
-from tests.support.gateway import GatewayProcess, recreate_database
+from tests.support.gateway import GatewayProcess, Team, create_team, recreate_database
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 ADMIN_KEY = "admin-e2e-secret"
@@ -83,13 +83,6 @@ limits:
 
 
 @dataclass
-class Team:
-    id: str
-    key: str
-    key_id: str
-
-
-@dataclass
 class Stack:
     gateway: GatewayProcess
     upstream: RunningUpstream
@@ -103,11 +96,7 @@ class Stack:
         return openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, **kwargs)  # type: ignore[arg-type]
 
     def new_team(self, name: str, **fields: object) -> Team:
-        team = self.admin.post("/admin/teams", json={"name": name, **fields})
-        assert team.status_code == 201, team.text
-        key = self.admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
-        assert key.status_code == 201, key.text
-        return Team(team.json()["id"], key.json()["key"], key.json()["id"])
+        return create_team(self.admin, name, **fields)
 
     def usage(self, **params: str) -> list[dict[str, object]]:
         """The admin usage report once every record is written (polls until totals settle)."""

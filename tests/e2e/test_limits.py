@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from gateway.limits.spend import month_of, spend_key, to_units
-from tests.e2e.conftest import ADMIN_KEY, CONFIG, MAX_BODY, Team
-from tests.support.gateway import GatewayProcess, free_port, recreate_database
+from tests.e2e.conftest import ADMIN_KEY, CONFIG, MAX_BODY
+from tests.support.gateway import GatewayProcess, Team, create_team, free_port, recreate_database
 from tests.support.upstream import start_mock_upstream
 
 pytestmark = pytest.mark.e2e
@@ -38,11 +38,7 @@ class Pair:
         return openai.OpenAI(base_url=self.gateways[i % 2].base_url + "/v1", api_key=key, max_retries=0)
 
     def new_team(self, name: str, **fields: object) -> Team:
-        team = self.admin.post("/admin/teams", json={"name": name, **fields})
-        assert team.status_code == 201, team.text
-        key = self.admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
-        assert key.status_code == 201, key.text
-        return Team(team.json()["id"], key.json()["key"], key.json()["id"])
+        return create_team(self.admin, name, **fields)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 
 from tests.faults.load import CHAT_BODY
 from tests.faults.stores import PrivatePostgres, PrivateRedis
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, create_team
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 ADMIN_KEY = "admin-faults-secret"
@@ -84,11 +84,8 @@ class FaultStack:
     def new_team(self, name: str) -> tuple[str, str]:
         """(team id, key secret) of a new team with one key."""
         with self.admin() as admin:
-            team = admin.post("/admin/teams", json={"name": name})
-            assert team.status_code == 201, team.text
-            key = admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
-            assert key.status_code == 201, key.text
-        return team.json()["id"], key.json()["key"]
+            team = create_team(admin, name)
+        return team.id, team.key
 
     def warm(self, key: str) -> set[str]:
         """One request per gateway, so each has the key cached; returns their request ids."""

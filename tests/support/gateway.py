@@ -93,3 +93,21 @@ class GatewayProcess:
 
     def logs(self) -> str:
         return self.log_path.read_text() if self.log_path else ""
+
+
+@dataclass(frozen=True)
+class Team:
+    """A team created through the admin API, with the one key made for it."""
+
+    id: str
+    key: str
+    key_id: str
+
+
+def create_team(admin: httpx.Client, name: str, **fields: object) -> Team:
+    """POST /admin/teams, then a key for the team; `admin` carries the admin key."""
+    team = admin.post("/admin/teams", json={"name": name, **fields})
+    assert team.status_code == 201, team.text
+    key = admin.post("/admin/keys", json={"team_id": team.json()["id"], "name": f"{name}-key"})
+    assert key.status_code == 201, key.text
+    return Team(team.json()["id"], key.json()["key"], key.json()["id"])
