@@ -1,62 +1,75 @@
-"""Group commit for Redis: commands issued in the same event-loop tick share one pipelined round trip.
+"""Group commit for Redis: commands issued while a round trip is out share the next one.
 
 Each caller still awaits its own command's reply, so nothing is acknowledged before Redis has it;
-under load one round trip (and one socket write) carries many commands instead of one each.
+under load one round trip (one socket write, one read) carries many commands instead of one each.
+
+The batcher keeps one connection of its own and writes packed commands to it directly: redis-py's
+`Pipeline` (a pool checkout, a command stack, response callbacks, a retry wrapper per flush) costs
+several times the commands it carries, and these are on the path of every proxied request.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError, ResponseError
+from redis.typing import EncodableT
 
-AddCommand = Callable[[Pipeline], Awaitable[Any] | Any]  # queues exactly one command on the pipeline
+Command = tuple[EncodableT, ...]
 
 
 class PipelineBatcher:
     def __init__(self, redis: Redis) -> None:
-        self._redis = redis
-        self._pending: list[tuple[AddCommand, asyncio.Future[Any]]] = []
-        self._scheduled = False
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._pool = redis.connection_pool
+        self._connection: AbstractConnection | None = None
+        self._pending: list[tuple[Command, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
-    async def submit(self, add: AddCommand) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending.append((add, future))
-        if not self._scheduled:
-            self._scheduled = True
-            task = asyncio.create_task(self._flush())
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-        return await future
+    def submit(self, *command: EncodableT) -> asyncio.Future[Any]:
+        """Queue one command (`"XADD", stream, "*", field, value`); the future is its reply.
 
-    async def _flush(self) -> None:
-        # The flush runs on the next loop iteration: what this one submits (the requests whose
-        # replies arrived together) joins it; waiting one more iteration only adds latency.
-        batch, self._pending, self._scheduled = self._pending, [], False
+        Commands queued in the same loop iteration go out together on the next one; while a round
+        trip is out, new commands wait for it and then share the following one."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((command, future))
+        if self._flusher is None:
+            self._flusher = loop.create_task(self._drain())
+        return future
+
+    async def _drain(self) -> None:
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for add, _ in batch:
-                    queued = add(pipe)
-                    if asyncio.iscoroutine(queued):
-                        await queued  # scripts queue their EVALSHA through a coroutine
-                replies = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:  # every waiter learns of the failure and handles it itself
-            failure = exc if isinstance(exc, Exception) else RedisError("pipeline cancelled")
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._flush(batch)
+        finally:
+            self._flusher = None
+
+    async def _flush(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+        try:
+            connection = self._connection or await self._connect()
+            await connection.send_packed_command(connection.pack_commands([c for c, _ in batch]))
+            for _, future in batch:
+                try:
+                    reply = await connection.read_response()
+                except ResponseError as exc:  # this command's error; the connection reads on
+                    if not future.done():
+                        future.set_exception(exc)
+                    continue
+                if not future.done():
+                    future.set_result(reply)
+        except BaseException as exc:  # every waiter left learns of the failure and handles it itself
+            # redis-py has closed the connection on a failed write or read: the next flush reconnects.
+            failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
             for _, future in batch:
                 if not future.done():
                     future.set_exception(failure)
             if not isinstance(exc, Exception):
                 raise
-            return
-        for (_, future), reply in zip(batch, replies, strict=True):
-            if future.done():
-                continue
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
+
+    async def _connect(self) -> AbstractConnection:
+        self._connection = await self._pool.get_connection()
+        return self._connection

@@ -246,11 +246,10 @@ class RedisLimiter:
             self._known[name] = self._known.get(name, 0) + units
 
     async def _settle_batched(self, keys: list[str], args: list[str]) -> None:
-        """EVALSHA in the shared pipeline. A Script object would make redis-py send SCRIPT EXISTS
-        before every pipeline it is in (one more round trip per flush); a Redis that lost the
-        script (a restart) answers NOSCRIPT once, and the script call below loads it again."""
+        """EVALSHA in the shared round trip (`gateway.redis_batching`); a Redis that lost the script
+        (a restart) answers NOSCRIPT once, and the script call below loads it again."""
         try:
-            await self._batcher.submit(lambda pipe: pipe.evalsha(self._settle.sha, len(keys), *keys, *args))
+            await self._batcher.submit("EVALSHA", self._settle.sha, len(keys), *keys, *args)
         except NoScriptError:
             await self._settle(keys=keys, args=args)
 

@@ -101,7 +101,7 @@ class RedisStreamBuffer:
 
     async def _xadd(self, payload: bytes) -> None:
         """Appends of the same moment share one pipelined round trip (see gateway.redis_batching)."""
-        await self._batcher.submit(lambda pipe: pipe.xadd(self.stream, {EVENT_FIELD: payload}))
+        await self._batcher.submit("XADD", self.stream, "*", EVENT_FIELD, payload)
 
     def _length_check_due(self) -> bool:
         """XLEN every LENGTH_CHECK_EVERY appends, and before each one once the stream is near its bound.
