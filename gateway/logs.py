@@ -1,31 +1,107 @@
-"""structlog set-up: one JSON line per event in production, readable lines in a console."""
+"""structlog set-up: one JSON line per event in production, readable lines in a console.
+
+JSON lines go out through `LineWriter`: the lines logged in one event-loop iteration are written
+with one `write` at its end, instead of a write and a flush each (one request is one line, and
+under load many requests finish in the same iteration).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import sys
+import time
+from collections.abc import Callable
+from typing import BinaryIO
 
 import msgspec
 import structlog
 
+_encode = msgspec.json.Encoder(enc_hook=str).encode
 
-def _json(_logger: object, _method: str, event: dict[str, object]) -> str:
-    return msgspec.json.encode(event, enc_hook=str).decode()
+
+class IsoStamper:
+    """structlog's `TimeStamper(fmt="iso", utc=True)` output (`2026-11-29T21:06:33.304813Z`) at a
+    fraction of its cost: the date and time of day are formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, _logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        return event
+
+
+def _json_line(_logger: object, _method: str, event: dict[str, object]) -> bytes:
+    return _encode(event) + b"\n"
+
+
+class LineWriter:
+    """A structlog logger writing bytes lines, once per loop iteration when a loop is running."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._lines: list[bytes] = []
+        self._scheduled = False
+
+    def msg(self, line: bytes) -> None:
+        self._lines.append(line)
+        if self._scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread (the CLI, a worker thread): write at once
+            self.flush()
+            return
+        self._scheduled = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        lines, self._lines = self._lines, []
+        if lines:
+            self._stream.write(b"".join(lines))
+            self._stream.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = msg
+
+
+_writers: list[LineWriter] = []  # the one in use, flushed at exit
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for writer in _writers:
+        writer.flush()
 
 
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    renderer: structlog.types.Processor = (
-        structlog.dev.ConsoleRenderer() if log_format == "console" else _json  # type: ignore[assignment]
-    )
+    renderer: structlog.types.Processor
+    factory: Callable[..., object]
+    if log_format == "console":
+        renderer, factory = structlog.dev.ConsoleRenderer(), structlog.PrintLoggerFactory(sys.stdout)
+    else:
+        if _writers:
+            _writers.pop().flush()
+        writer = LineWriter(sys.stdout.buffer)
+        _writers.append(writer)
+        renderer, factory = _json_line, lambda *_: writer  # type: ignore[assignment]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            IsoStamper(),
             structlog.processors.format_exc_info,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")

@@ -1,0 +1,54 @@
+"""JSON log lines: one write per loop iteration, at once without a loop, structlog's ISO stamps."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from datetime import UTC, datetime
+
+import msgspec
+
+from gateway.logs import IsoStamper, LineWriter
+
+
+class CountingStream(io.BytesIO):
+    writes = 0
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes += 1
+        return super().write(data)
+
+
+async def test_lines_of_one_loop_iteration_go_out_in_one_write() -> None:
+    stream = CountingStream()
+    writer = LineWriter(stream)
+    for i in range(50):
+        writer.msg(b'{"n":%d}\n' % i)
+    assert stream.writes == 0  # not yet: the iteration is still running
+    await asyncio.sleep(0)
+    assert stream.writes == 1
+    assert [msgspec.json.decode(line)["n"] for line in stream.getvalue().splitlines()] == list(range(50))
+    writer.msg(b'{"n":50}\n')
+    await asyncio.sleep(0)
+    assert stream.writes == 2
+
+
+def test_without_a_loop_each_line_is_written_at_once() -> None:
+    stream = CountingStream()
+    writer = LineWriter(stream)
+    writer.msg(b"one\n")
+    writer.msg(b"two\n")
+    assert stream.getvalue() == b"one\ntwo\n"
+    assert stream.writes == 2
+
+
+def test_the_stamp_is_structlogs_iso_utc_format_and_current() -> None:
+    before = datetime.now(UTC)
+    stamps = [IsoStamper()(None, "info", {})["timestamp"] for _ in range(3)]
+    after = datetime.now(UTC)
+    for stamp in stamps:
+        assert isinstance(stamp, str)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        assert before.replace(microsecond=0) <= moment <= after
