@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -36,8 +37,23 @@ JSON = "application/json"
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def new_request_id() -> str:
-    return "req_" + os.urandom(12).hex()
+class RequestIds:
+    """`req_` + 16 random hex digits drawn once per process + a counter: unique across processes and
+    restarts like a random id, without a `getrandom` call per request. A forked child draws anew."""
+
+    def __init__(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
+        self._prefix = "req_" + os.urandom(8).hex()
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):x}"
+
+
+new_request_id = RequestIds()
+os.register_at_fork(after_in_child=new_request_id.draw)
 
 
 def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) -> dict[str, str]:
