@@ -64,13 +64,16 @@ class Bench:
         opened, and its per-request scan of the pool would carry one section's cost into the next."""
         rows = []
         for mode, flavour, stream in MODES:
+            if flavour not in self.args.modes:
+                continue
             self.gateway.restart()
-            for target in ("direct", "gateway"):
+            for target in self.args.targets:
                 for connections in self.args.connections:
                     rows.append(self.measure(target, mode, flavour, stream, connections))
-        self.gateway.restart()
-        for target in ("direct", "gateway"):
-            rows.append(self.measure(target, "50 ms upstream", "slow", False, 256))
+        if "slow" in self.args.modes:
+            self.gateway.restart()
+            for target in self.args.targets:
+                rows.append(self.measure(target, "50 ms upstream", "slow", False, 256))
         return rows
 
     def streams_client(self, *argv: str) -> dict[str, float]:
@@ -163,6 +166,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("GATEWAY_WORKERS", "1")))
     parser.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn")
     parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument(
+        "--modes",
+        default="json,sse,slow",
+        type=lambda s: s.split(","),
+        help="wrk sections: json (non-streaming), sse (streaming), slow (50 ms upstream)",
+    )
+    parser.add_argument("--targets", default="direct,gateway", type=lambda s: s.split(","))
     parser.add_argument("--skip-extras", action="store_true", help="only the wrk matrix")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs, scripts)")
