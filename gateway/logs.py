@@ -12,8 +12,8 @@ import atexit
 import logging
 import sys
 import time
-from collections.abc import Callable
-from typing import BinaryIO
+from collections.abc import Callable, MutableMapping
+from typing import Any, BinaryIO
 
 import msgspec
 import structlog
@@ -29,7 +29,9 @@ class IsoStamper:
         self._second = -1
         self._prefix = ""
 
-    def __call__(self, _logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+    def __call__(
+        self, _logger: object, _method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         now = time.time()
         second = int(now)
         if second != self._second:

@@ -2,6 +2,9 @@
 
 Each caller still awaits its own command's reply, so nothing is acknowledged before Redis has it;
 under load one round trip (one socket write, one read) carries many commands instead of one each.
+`merge` goes further: the items that callers queue under one key before the round trip becomes
+one command (the usage events of many requests in one script call, their spend in one increment),
+and each of those callers gets that command's reply.
 
 The batcher keeps one connection of its own and writes packed commands to it directly: redis-py's
 `Pipeline` (a pool checkout, a command stack, response callbacks, a retry wrapper per flush) costs
@@ -11,21 +14,36 @@ several times the commands it carries, and these are on the path of every proxie
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import RedisError, ResponseError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.typing import EncodableT
 
 Command = tuple[EncodableT, ...]
+Item = TypeVar("Item")
+
+
+class _Queued:
+    """One command of the next round trip (or what builds it then) and the callers awaiting it."""
+
+    __slots__ = ("build", "command", "waiters")
+
+    def __init__(self, command: Command, build: Callable[[], Command] | None = None) -> None:
+        self.command = command
+        self.build = build
+        self.waiters: list[asyncio.Future[Any]] = []
 
 
 class PipelineBatcher:
     def __init__(self, redis: Redis) -> None:
         self._pool = redis.connection_pool
         self._connection: AbstractConnection | None = None
-        self._pending: list[tuple[Command, asyncio.Future[Any]]] = []
+        self._pending: list[_Queued] = []
+        self._merging: dict[Hashable, tuple[list[Any], _Queued]] = {}
         self._flusher: asyncio.Task[None] | None = None
 
     def submit(self, *command: EncodableT) -> asyncio.Future[Any]:
@@ -33,43 +51,87 @@ class PipelineBatcher:
 
         Commands queued in the same loop iteration go out together on the next one; while a round
         trip is out, new commands wait for it and then share the following one."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((command, future))
+        return self._wait(self._queue(_Queued(command)))
+
+    def merge(self, key: Hashable, item: Item, build: Callable[[list[Item]], Command]) -> asyncio.Future[Any]:
+        """Add `item` to the command queued under `key` for the next round trip, `build(items)`
+        once it goes out; the future is that command's reply (or error), shared with its other items."""
+        merging = self._merging.get(key)
+        if merging is None:
+            items: list[Item] = []
+            merging = self._merging[key] = (items, self._queue(_Queued((), lambda: build(items))))
+        merging[0].append(item)
+        return self._wait(merging[1])
+
+    async def merge_script(
+        self,
+        script: AsyncScript,
+        key: Hashable,
+        item: Item,
+        build: Callable[[list[Item]], tuple[Sequence[EncodableT], Sequence[EncodableT]]],
+    ) -> Any:
+        """`merge` for a script: `build(items)` gives its (keys, args), sent as EVALSHA. A Redis that
+        lost the script (a restart) answers NOSCRIPT; one SCRIPT LOAD, shared by every caller that
+        saw it, restores it, and the items go out again."""
+
+        def command(items: list[Item]) -> Command:
+            keys, args = build(items)
+            return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+        try:
+            return await self.merge((script.sha, key), item, command)
+        except NoScriptError:
+            await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
+            return await self.merge((script.sha, key), item, command)
+
+    def _queue(self, queued: _Queued) -> _Queued:
+        self._pending.append(queued)
         if self._flusher is None:
-            self._flusher = loop.create_task(self._drain())
+            self._flusher = asyncio.get_running_loop().create_task(self._drain())
+        return queued
+
+    @staticmethod
+    def _wait(queued: _Queued) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        queued.waiters.append(future)  # one future per caller: a caller giving up cancels only its own
         return future
 
     async def _drain(self) -> None:
         try:
             while self._pending:
-                batch, self._pending = self._pending, []
+                batch, self._pending, self._merging = self._pending, [], {}
                 await self._flush(batch)
         finally:
             self._flusher = None
 
-    async def _flush(self, batch: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+    async def _flush(self, batch: list[_Queued]) -> None:
         try:
+            commands = [queued.command if queued.build is None else queued.build() for queued in batch]
             connection = self._connection or await self._connect()
-            await connection.send_packed_command(connection.pack_commands([c for c, _ in batch]))
-            for _, future in batch:
+            await connection.send_packed_command(connection.pack_commands(commands))
+            for queued in batch:
                 try:
-                    reply = await connection.read_response()
+                    _settle(queued.waiters, reply=await connection.read_response())
                 except ResponseError as exc:  # this command's error; the connection reads on
-                    if not future.done():
-                        future.set_exception(exc)
-                    continue
-                if not future.done():
-                    future.set_result(reply)
+                    _settle(queued.waiters, error=exc)
         except BaseException as exc:  # every waiter left learns of the failure and handles it itself
             # redis-py has closed the connection on a failed write or read: the next flush reconnects.
             failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(failure)
+            for queued in batch:
+                _settle(queued.waiters, error=failure)
             if not isinstance(exc, Exception):
                 raise
 
     async def _connect(self) -> AbstractConnection:
-        self._connection = await self._pool.get_connection()
+        self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
         return self._connection
+
+
+def _settle(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:
+    for future in waiters:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(reply)
+        else:
+            future.set_exception(error)

@@ -19,7 +19,7 @@ from decimal import Decimal
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from gateway.auth.principal import Principal
 from gateway.limits.headers import rate_limit_headers, rate_limited
@@ -231,11 +231,11 @@ class RedisLimiter:
         windows = token_windows(principal) if delta else []
         if not units and not windows:
             return
-        args = [self._now_arg(), str(units), str(SPEND_TTL_S), str(delta), *(str(w.limit) for w in windows)]
         try:
             await self._flush_pending()
-            keys = [*names, *map(window_key, windows)]
-            await self._settle_batched(keys, args)
+            await self._settle_batched(
+                [*names, *map(window_key, windows)], [w.limit for w in windows], units, delta
+            )
         except RedisError as exc:
             self._degrade(exc)
             for name in names if units else ():
@@ -245,13 +245,19 @@ class RedisLimiter:
         for name in names if units else ():
             self._known[name] = self._known.get(name, 0) + units
 
-    async def _settle_batched(self, keys: list[str], args: list[str]) -> None:
-        """EVALSHA in the shared round trip (`gateway.redis_batching`); a Redis that lost the script
-        (a restart) answers NOSCRIPT once, and the script call below loads it again."""
-        try:
-            await self._batcher.submit("EVALSHA", self._settle.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self._settle(keys=keys, args=args)
+    async def _settle_batched(self, keys: list[str], limits: list[int], units: int, delta: int) -> None:
+        """The settles of the same counters queued before the next round trip go out as one script
+        call with their spend and token corrections summed (`gateway.redis_batching`): under load,
+        one command per key and round trip instead of one per request."""
+
+        def keys_and_args(items: list[tuple[int, int]]) -> tuple[list[str], list[str]]:
+            total_units, total_delta = sum(u for u, _ in items), sum(d for _, d in items)
+            return keys, self._settle_args(total_units, total_delta, limits)
+
+        await self._batcher.merge_script(self._settle, (*keys, *limits), (units, delta), keys_and_args)
+
+    def _settle_args(self, units: int, delta: int, limits: list[int]) -> list[str]:
+        return [self._now_arg(), str(units), str(SPEND_TTL_S), str(delta), *map(str, limits)]
 
     async def _flush_pending(self) -> None:
         """Add the spend settled during an outage to Redis, once it answers again."""

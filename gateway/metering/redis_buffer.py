@@ -34,6 +34,11 @@ EVENT_FIELD = b"event"
 LENGTH_CHECK_EVERY = 100  # appends between two XLEN round trips, while far from the bound
 SPOOL_PREFIX = "spool:"  # ids of spooled events; stream ids are "<ms>-<seq>"
 REDIS_DOWN = (RedisError, OSError)
+# KEYS[1] the stream; ARGV the events' JSON: one entry each, as XADD <stream> * event <json> would add.
+_APPEND = """
+for i = 1, #ARGV do redis.call('XADD', KEYS[1], '*', 'event', ARGV[i]) end
+return #ARGV
+"""
 
 
 def unique_consumer_name() -> str:
@@ -72,6 +77,7 @@ class RedisStreamBuffer:
         self.stream_retry_s = stream_retry_s
         self._next_stream_try = 0.0
         self._batcher = batcher or PipelineBatcher(redis)
+        self._append_script = redis.register_script(_APPEND)
 
     async def append(self, event: UsageEvent) -> None:
         if self.spooling and time.monotonic() < self._next_stream_try:
@@ -100,8 +106,12 @@ class RedisStreamBuffer:
         self._unchecked_appends += 1
 
     async def _xadd(self, payload: bytes) -> None:
-        """Appends of the same moment share one pipelined round trip (see gateway.redis_batching)."""
-        await self._batcher.submit("XADD", self.stream, "*", EVENT_FIELD, payload)
+        """The appends queued before the next round trip go out as one script call adding an entry
+        each (see gateway.redis_batching)."""
+        await self._batcher.merge_script(self._append_script, self.stream, payload, self._append_args)
+
+    def _append_args(self, payloads: list[bytes]) -> tuple[list[str], list[bytes]]:
+        return [self.stream], payloads
 
     def _length_check_due(self) -> bool:
         """XLEN every LENGTH_CHECK_EVERY appends, and before each one once the stream is near its bound.

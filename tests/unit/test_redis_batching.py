@@ -97,3 +97,74 @@ async def test_a_caller_that_gave_up_does_not_break_the_others() -> None:
     abandoned.cancel()
     assert await kept == 2  # the cancelled caller's command still ran; its reply is dropped
     assert await batcher.submit("GET", "n") == b"2"
+
+
+async def test_merged_items_go_out_as_one_command_per_key() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    batcher = PipelineBatcher(redis)
+    built: list[list[int]] = []
+
+    def incr_by_sum(key: str) -> object:
+        def build(items: list[int]) -> tuple[object, ...]:
+            built.append(items)
+            return ("INCRBY", key, sum(items))
+
+        return build
+
+    replies = await asyncio.gather(
+        *(batcher.merge("a", i, incr_by_sum("a")) for i in range(1, 11)),
+        *(batcher.merge("b", i, incr_by_sum("b")) for i in range(3)),
+        batcher.submit("INCR", "c"),
+    )
+    assert replies == [55] * 10 + [3] * 3 + [1]  # every caller of a key has its command's reply
+    assert sorted(map(len, built)) == [3, 10]
+    assert await batcher.merge("a", 5, incr_by_sum("a")) == 60  # a later round trip: a new command
+
+
+async def test_a_failing_merged_command_fails_each_of_its_callers() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    await redis.set("text", "not a number")
+    batcher = PipelineBatcher(redis)
+    results = await asyncio.gather(
+        *(batcher.merge("t", 1, lambda items: ("INCRBY", "text", len(items))) for _ in range(3)),
+        batcher.merge("n", 1, lambda items: ("INCRBY", "n", len(items))),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, ResponseError) for r in results[:3])
+    assert results[3] == 1
+
+
+async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    batcher = PipelineBatcher(redis)
+    first = batcher.merge("n", 1, lambda items: ("INCRBY", "n", sum(items)))
+    second = batcher.merge("n", 2, lambda items: ("INCRBY", "n", sum(items)))
+    first.cancel()
+    assert await second == 3  # the command still carried both items
+
+
+async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again() -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    script = redis.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    batcher = PipelineBatcher(redis)
+    await batcher.submit("PING")  # connects
+    connection = batcher._connection
+    assert connection is not None
+    sent: list[tuple[object, ...]] = []
+    pack = connection.pack_commands
+
+    def recording(commands: list[tuple[object, ...]]) -> list[bytes]:
+        sent.extend(commands)
+        return pack(commands)  # type: ignore[arg-type]
+
+    connection.pack_commands = recording  # type: ignore[method-assign]
+
+    def keys_and_args(items: list[int]) -> tuple[list[str], list[int]]:
+        return ["s"], [sum(items)]
+
+    replies = await asyncio.gather(*(batcher.merge_script(script, "s", 2, keys_and_args) for _ in range(10)))
+    assert replies == [20] * 10  # the ten items went out again, together, after the load
+    assert [c[0] for c in sent] == ["EVALSHA", "SCRIPT", "EVALSHA"]
+    assert await redis.script_exists(script.sha) == [True]
+    assert await batcher.merge_script(script, "s", 1, keys_and_args) == 21
+    assert [c[0] for c in sent] == ["EVALSHA", "SCRIPT", "EVALSHA", "EVALSHA"]
