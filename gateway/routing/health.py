@@ -35,6 +35,9 @@ class Circuit:
         return CircuitState.OPEN if now - self.opened_at < cooldown_s else CircuitState.HALF_OPEN
 
 
+_NONE_OPEN: frozenset[str] = frozenset()
+
+
 class HealthBoard:
     """The in-process board; `RedisHealthBoard` shares it between processes."""
 
@@ -47,8 +50,12 @@ class HealthBoard:
         self.in_flight = dict.fromkeys(self._circuits, 0)
 
     def open_circuits(self) -> frozenset[str]:
+        """`state(...) is OPEN` for every circuit, inlined: routing asks on every request."""
         now, cooldown = self._clock(), self._settings.cooldown_s
-        return frozenset(d for d, c in self._circuits.items() if c.state(now, cooldown) is CircuitState.OPEN)
+        opened = [
+            d for d, c in self._circuits.items() if c.opened_at is not None and now - c.opened_at < cooldown
+        ]
+        return frozenset(opened) if opened else _NONE_OPEN
 
     def state_of(self, deployment: str) -> tuple[CircuitState, int]:
         circuit = self._circuits.setdefault(deployment, Circuit())
