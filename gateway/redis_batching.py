@@ -14,7 +14,7 @@ several times the commands it carries, and these are on the path of every proxie
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -63,23 +63,34 @@ class PipelineBatcher:
         merging[0].append(item)
         return self._wait(merging[1])
 
-    async def merge_script(
+    def merge_script(
         self,
         script: AsyncScript,
         key: Hashable,
         item: Item,
         build: Callable[[list[Item]], tuple[Sequence[EncodableT], Sequence[EncodableT]]],
-    ) -> Any:
-        """`merge` for a script: `build(items)` gives its (keys, args), sent as EVALSHA. A Redis that
-        lost the script (a restart) answers NOSCRIPT; one SCRIPT LOAD, shared by every caller that
-        saw it, restores it, and the items go out again."""
+    ) -> Awaitable[Any]:
+        """`merge` for a script: `build(items)` gives its (keys, args), sent as EVALSHA. The item is
+        queued before this returns; the awaitable is the reply. A Redis that lost the script (a
+        restart) answers NOSCRIPT; one SCRIPT LOAD, shared by every caller that saw it, restores it,
+        and the items go out again."""
 
         def command(items: list[Item]) -> Command:
             keys, args = build(items)
             return ("EVALSHA", script.sha, len(keys), *keys, *args)
 
+        return self._script_reply(self.merge((script.sha, key), item, command), script, key, item, command)
+
+    async def _script_reply(
+        self,
+        reply: asyncio.Future[Any],
+        script: AsyncScript,
+        key: Hashable,
+        item: Item,
+        command: Callable[[list[Item]], Command],
+    ) -> Any:
         try:
-            return await self.merge((script.sha, key), item, command)
+            return await reply
         except NoScriptError:
             await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
             return await self.merge((script.sha, key), item, command)

@@ -9,7 +9,7 @@ unless all windows fit), and `settle` corrects the token estimate and adds the c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
@@ -36,8 +36,10 @@ class Limiter(Protocol):
         """Charge one request and `estimated_tokens`, or raise RateLimited / QuotaExceeded."""
         ...
 
-    async def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> None:
-        """After a metered request: replace the token estimate by the real count, add the cost."""
+    def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> Awaitable[None]:
+        """After a metered request: replace the token estimate by the real count, add the cost.
+
+        A Redis limiter queues its command before returning (see `ProxyService._meter`)."""
         ...
 
     async def release(self, principal: Principal, estimated_tokens: int) -> None:

@@ -14,8 +14,9 @@ last spend read plus what this process settled meanwhile, which is added to Redi
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from decimal import Decimal
+from typing import Any
 
 import structlog
 from redis.asyncio import Redis
@@ -138,6 +139,10 @@ return 0
 """
 
 
+async def _nothing() -> None:
+    return None
+
+
 def window_key(window: Window) -> str:
     return f"gw:rate:{window.scope}:{window.owner}:{window.kind}"
 
@@ -217,35 +222,53 @@ class RedisLimiter:
             raise refusal
         return Admission(estimated_tokens, {})
 
-    async def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> None:
+    def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> Awaitable[None]:
+        """Queued before this returns, so that it shares the round trip of the usage append its
+        caller makes next; the awaitable is its outcome."""
         month = month_of(event.created_at)
         names = (spend_key("key", event.key_id, month), spend_key("team", event.team_id, month))
-        await self._apply(principal, names, to_units(event.cost), used_tokens(event) - estimated_tokens)
+        return self._apply(principal, names, to_units(event.cost), used_tokens(event) - estimated_tokens)
 
     async def release(self, principal: Principal, estimated_tokens: int) -> None:
         month = month_of(self._wall())
         names = (spend_key("key", principal.key_id, month), spend_key("team", principal.team_id, month))
         await self._apply(principal, names, 0, -estimated_tokens)
 
-    async def _apply(self, principal: Principal, names: tuple[str, str], units: int, delta: int) -> None:
+    def _apply(self, principal: Principal, names: tuple[str, str], units: int, delta: int) -> Awaitable[None]:
         windows = token_windows(principal) if delta else []
         if not units and not windows:
-            return
+            return _nothing()
+        keys, limits = [*names, *map(window_key, windows)], [w.limit for w in windows]
+        if self._pending:  # what was settled during an outage goes to Redis first
+            return self._apply_after_outage(names, keys, limits, units, delta)
+        return self._applied(names, units, self._queue_settle(keys, limits, units, delta))
+
+    async def _apply_after_outage(
+        self, names: tuple[str, str], keys: list[str], limits: list[int], units: int, delta: int
+    ) -> None:
         try:
             await self._flush_pending()
-            await self._settle_batched(
-                [*names, *map(window_key, windows)], [w.limit for w in windows], units, delta
-            )
         except RedisError as exc:
-            self._degrade(exc)
-            for name in names if units else ():
-                self._pending[name] = self._pending.get(name, 0) + units
+            self._failed(exc, names, units)
+            return
+        await self._applied(names, units, self._queue_settle(keys, limits, units, delta))
+
+    async def _applied(self, names: tuple[str, str], units: int, reply: Awaitable[Any]) -> None:
+        try:
+            await reply
+        except RedisError as exc:
+            self._failed(exc, names, units)
             return
         self._recover()
         for name in names if units else ():
             self._known[name] = self._known.get(name, 0) + units
 
-    async def _settle_batched(self, keys: list[str], limits: list[int], units: int, delta: int) -> None:
+    def _failed(self, exc: RedisError, names: tuple[str, str], units: int) -> None:
+        self._degrade(exc)
+        for name in names if units else ():
+            self._pending[name] = self._pending.get(name, 0) + units
+
+    def _queue_settle(self, keys: list[str], limits: list[int], units: int, delta: int) -> Awaitable[Any]:
         """The settles of the same counters queued before the next round trip go out as one script
         call with their spend and token corrections summed (`gateway.redis_batching`): under load,
         one command per key and round trip instead of one per request."""
@@ -254,7 +277,7 @@ class RedisLimiter:
             total_units, total_delta = sum(u for u, _ in items), sum(d for _, d in items)
             return keys, self._settle_args(total_units, total_delta, limits)
 
-        await self._batcher.merge_script(self._settle, (*keys, *limits), (units, delta), keys_and_args)
+        return self._batcher.merge_script(self._settle, (*keys, *limits), (units, delta), keys_and_args)
 
     def _settle_args(self, units: int, delta: int, limits: list[int]) -> list[str]:
         return [self._now_arg(), str(units), str(SPEND_TTL_S), str(delta), *map(str, limits)]

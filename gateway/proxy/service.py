@@ -7,7 +7,6 @@ eligible deployment before their first byte unless `fallback: never`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import time
@@ -280,11 +279,13 @@ class ProxyService:
         )
         if self._settle is None:
             await self._usage.append(event)
-        else:  # both awaited (the spend counts before the client has its answer), side by side:
-            # one task, not gather's two, and both commands join the same pipelined round trip
-            settled = asyncio.ensure_future(self._settle(ctx.principal, event, ctx.estimated_tokens))
-            await self._usage.append(event)
-            await settled
+        else:  # both awaited (the spend counts before the client has its answer), and the settle is
+            # queued as it is called: both commands go out in the same Redis round trip
+            settled = self._settle(ctx.principal, event, ctx.estimated_tokens)
+            try:
+                await self._usage.append(event)
+            finally:
+                await settled
         if self._on_event is not None:
             self._on_event(event)
         log.info(
