@@ -19,6 +19,7 @@ from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
 from gateway.errors import GatewayError
+from gateway.gc_tuning import tune_for_serving
 from gateway.logs import configure_logging
 from gateway.services import open_services
 from gateway.settings import Settings
@@ -50,7 +51,8 @@ def internal_error_handler(request: Request, exc: Exception) -> Response[bytes]:
     return _response(internal_error_reply(exc, _request_id(request), request.url.path))
 
 
-def create_app(settings: Settings) -> Litestar:
+def create_app(settings: Settings, *, tune_gc: bool = False) -> Litestar:
+    """`tune_gc`: this process serves (`gateway serve`); tune its garbage collector after start-up."""
     configure_logging(settings.log_format)
 
     @asynccontextmanager
@@ -58,6 +60,8 @@ def create_app(settings: Settings) -> Litestar:
         services = open_services(settings)
         app.state.services = services
         services.start_background()
+        if tune_gc:
+            tune_for_serving()
         log.info("gateway_started", models=len(services.table.by_model), redis=settings.redis_url is not None)
         try:
             yield

@@ -14,10 +14,13 @@ from gateway.app import create_app
 from gateway.settings import Settings, load_settings
 
 
-def serving_app(settings: Settings) -> ASGIApp:
+def serving_app(settings: Settings, *, tune_gc: bool = False) -> ASGIApp:
     """What `gateway serve` runs: the header cap, the proxy front, then the Litestar app."""
-    return header_cap(ProxyFront(create_app(settings), settings.catalog.limits.max_body_bytes))
+    app = create_app(settings, tune_gc=tune_gc)
+    return header_cap(ProxyFront(app, settings.catalog.limits.max_body_bytes))
 
 
 def app_factory() -> ASGIApp:
-    return serving_app(load_settings())
+    """Each worker process's app; its garbage collector is tuned once it has started
+    (`gateway.gc_tuning`)."""
+    return serving_app(load_settings(), tune_gc=True)
