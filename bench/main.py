@@ -33,8 +33,10 @@ class Bench:
         self.args = args
         self.workdir = workdir
         two_cpus = (os.cpu_count() or 1) >= 2
-        self.gateway_cpus = "0" if two_cpus else None  # the gateway alone on one core,
-        self.load_cpus = "1" if two_cpus else None  # nginx and the load generators on the other
+        # One worker: the gateway alone on one core, nginx and the load generators on the other.
+        # Several workers: spread over every core (the load's core too), as the OS schedules them.
+        self.gateway_cpus = "0" if two_cpus and args.workers == 1 else None
+        self.load_cpus = "1" if two_cpus else None
         self.nginx = Nginx(workdir, free_port())
         self.gateway = Gateway(workdir, self.nginx.base_url, args.workers, args.server, self.gateway_cpus)
 
