@@ -21,6 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.db.migrate import upgrade_head
+    from gateway.http_server import HttpToolsProtocol
 
     settings = _settings()
     workers = args.workers or settings.workers
@@ -40,7 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port or settings.port,
         workers=workers if workers > 1 else None,
         loop="uvloop",
-        http="httptools",
+        http=HttpToolsProtocol,  # uvicorn's, with a response's head and body in one write
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=30,
