@@ -103,10 +103,10 @@ async def run_proxy(
         exc.headers = admission.headers | exc.headers
         raise
     overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+    services.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
     if parsed.stream:
         answer = gateway_headers(exchange.request_id, stream.deployment, overhead) | SSE_HEADERS
         return ProxyResult(answer | admission.headers, frames=services.proxy.relay(ctx, stream))
-    services.metrics.observe_overhead(overhead)
     answer = gateway_headers(exchange.request_id, completed.deployment, overhead) | admission.headers
     return ProxyResult(answer, body=completed.response.body)
 

@@ -1,0 +1,92 @@
+"""/metrics after real traffic through `gateway serve`: every series moves by what the requests did."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Stack
+from tests.e2e.test_errors import CHAT, post
+
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(stack: Stack) -> Series:
+    reply = httpx.get(stack.gateway.base_url + "/metrics", timeout=10)
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/plain")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(reply.text)
+        for sample in family.samples
+    }
+
+
+def moved(before: Series, after: Series, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def test_requests_tokens_latency_and_overhead_count_every_request(stack: Stack, fresh_upstream) -> None:
+    team = stack.new_team("metrics-traffic")
+    client = stack.client(team.key)
+    before = scrape(stack)
+
+    completions = [
+        client.chat.completions.create(model="chat", messages=[{"role": "user", "content": f"count {i}"}])
+        for i in range(3)
+    ]
+    chunks = list(
+        client.chat.completions.create(
+            model="chat",
+            messages=[{"role": "user", "content": "stream"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    after = scrape(stack)
+
+    usages = [c.usage for c in completions] + [chunks[-1].usage]
+    assert all(u is not None for u in usages)
+    prompt = sum(u.prompt_tokens for u in usages if u is not None)
+    completion = sum(u.completion_tokens for u in usages if u is not None)
+    route = {"model": "chat", "provider": "up-openai"}
+    assert moved(before, after, "gateway_requests_total", **route, status="200") == 4
+    assert moved(before, after, "gateway_tokens_total", **route, kind="prompt") == prompt
+    assert moved(before, after, "gateway_tokens_total", **route, kind="completion") == completion
+    assert moved(before, after, "gateway_request_latency_seconds_count", provider="up-openai") == 4
+    assert moved(before, after, "gateway_request_latency_seconds_sum", provider="up-openai") > 0
+    assert moved(before, after, "gateway_upstream_ttft_seconds_count", provider="up-openai") == 4
+    assert moved(before, after, "gateway_overhead_seconds_count") == 4  # the stream's too
+    overhead = moved(before, after, "gateway_overhead_seconds_sum")
+    assert 0 < overhead < 4 * 0.5  # the gateway's own time, upstream excluded: well under 0.5 s each
+    buckets = [
+        moved(before, after, "gateway_overhead_seconds_bucket", le=le)
+        for le in ("0.0001", "0.001", "0.01", "0.1", "+Inf")
+    ]
+    assert buckets == sorted(buckets) and buckets[-1] == 4  # cumulative buckets
+
+
+def test_an_upstream_failure_counts_as_an_upstream_error(stack: Stack, fresh_upstream) -> None:
+    team = stack.new_team("metrics-failure")
+    before = scrape(stack)
+    fresh_upstream.set_behaviour(fail_rate=1.0, fail_status=500)
+    assert post(stack, team.key, CHAT).status_code == 502
+    after = scrape(stack)
+
+    errors = [
+        value - before.get((name, labels), 0.0)
+        for (name, labels), value in after.items()
+        if name == "gateway_upstream_errors_total" and ("provider", "up-openai") in labels
+    ]
+    assert sum(errors) == 1
+    assert (
+        moved(before, after, "gateway_requests_total", model="chat", provider="up-openai", status="502") == 1
+    )
+
+
+def test_the_gauges_are_exposed(stack: Stack) -> None:
+    series = scrape(stack)
+    for gauge in ("gateway_open_circuits", "gateway_active_batch_pins", "gateway_metering_backlog"):
+        assert (gauge, ()) in series
+        assert series[(gauge, ())] >= 0
