@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -77,7 +77,7 @@ class ProxyExchange:
 class ProxyResult:
     headers: dict[str, str]
     body: bytes = b""
-    frames: AsyncIterator[bytes] | None = None  # an SSE stream instead of a body
+    frames: AsyncGenerator[bytes, None] | None = None  # an SSE stream instead of a body
 
 
 async def run_proxy(

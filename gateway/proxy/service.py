@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -203,7 +203,7 @@ class ProxyService:
             raise
         return stream
 
-    async def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncIterator[bytes]:
+    async def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncGenerator[bytes, None]:
         """Relay frames as they come; meter once at the end, however the stream ends."""
         frames = stream.frames()
         status, error_code = 200, None
