@@ -49,7 +49,7 @@ class LineWriter:
     """A structlog logger writing bytes lines, once per loop iteration when a loop is running."""
 
     def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
+        self.stream = stream
         self._lines: list[bytes] = []
         self._scheduled = False
 
@@ -69,19 +69,27 @@ class LineWriter:
         self._scheduled = False
         lines, self._lines = self._lines, []
         if lines:
-            self._stream.write(b"".join(lines))
-            self._stream.flush()
+            self.stream.write(b"".join(lines))
+            self.stream.flush()
 
     log = debug = info = warn = warning = error = critical = exception = msg
 
 
-_writers: list[LineWriter] = []  # the one in use, flushed at exit
+_writers: dict[int, LineWriter] = {}  # one per output stream, whatever configures it again
 
 
 @atexit.register
 def _flush_at_exit() -> None:
-    for writer in _writers:
+    for writer in _writers.values():
         writer.flush()
+
+
+def _writer_for(stream: BinaryIO) -> LineWriter:
+    """Loggers bound before a reconfiguration keep their writer: it must stay the stream's only one."""
+    writer = _writers.get(id(stream))
+    if writer is None or writer.stream is not stream:
+        writer = _writers[id(stream)] = LineWriter(stream)
+    return writer
 
 
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
@@ -90,10 +98,7 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     if log_format == "console":
         renderer, factory = structlog.dev.ConsoleRenderer(), structlog.PrintLoggerFactory(sys.stdout)
     else:
-        if _writers:
-            _writers.pop().flush()
-        writer = LineWriter(sys.stdout.buffer)
-        _writers.append(writer)
+        writer = _writer_for(sys.stdout.buffer)
         renderer, factory = _json_line, lambda *_: writer  # type: ignore[assignment]
     structlog.configure(
         processors=[

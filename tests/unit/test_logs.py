@@ -8,8 +8,10 @@ import re
 from datetime import UTC, datetime
 
 import msgspec
+import pytest
+import structlog
 
-from gateway.logs import IsoStamper, LineWriter
+from gateway.logs import IsoStamper, LineWriter, configure_logging
 
 
 class CountingStream(io.BytesIO):
@@ -52,3 +54,23 @@ def test_the_stamp_is_structlogs_iso_utc_format_and_current() -> None:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
         moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         assert before.replace(microsecond=0) <= moment <= after
+
+
+async def test_configuring_again_keeps_one_writer_per_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loggers bound before a reconfiguration keep their writer: there must be one per stream, or
+    lines of the same moment would go out in separate writes, out of order."""
+    stream = io.TextIOWrapper(CountingStream())
+    monkeypatch.setattr("sys.stdout", stream)
+    configure_logging("json")
+    first = structlog.get_logger("before").bind()  # bound, and cached, now
+    configure_logging("json")
+    second = structlog.get_logger("after").bind()
+    first.info("one")
+    second.info("two")
+    first.info("three")
+    await asyncio.sleep(0)
+    buffer = stream.buffer
+    assert isinstance(buffer, CountingStream)
+    events = [msgspec.json.decode(line)["event"] for line in buffer.getvalue().splitlines()]
+    assert events == ["one", "two", "three"]
+    assert buffer.writes == 1
