@@ -3,9 +3,10 @@
 uvicorn writes the status line and headers as soon as the app sends `http.response.start`, and the
 body on `http.response.body`: two `send` calls for every response. On loopback and on a LAN each
 `send` also runs the receiving side's TCP work, and the profile of a loaded worker showed the pair
-at a tenth of its CPU. `CoalescingTransport` holds a write back until the next one arrives (which
-then goes out with it) or, at the latest, until the loop's current iteration ends; the bytes and
-their order on the wire are unchanged. `gateway serve` runs uvicorn with `HttpToolsProtocol` below.
+at a tenth of its CPU. `CoalescingTransport` holds a response head back until the next write (the
+body, which then goes out with it) or, at the latest, until the loop's current iteration ends;
+every other write goes out at once, so stream frames are not delayed. The bytes and their order
+on the wire are unchanged. `gateway serve` runs uvicorn with `HttpToolsProtocol` below.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHt
 
 
 class CoalescingTransport(asyncio.Transport):
-    """A socket transport whose writes of one moment become one: the one transport method it
-    changes is `write` (and `writelines`); everything else is the socket's own."""
+    """A socket transport that sends a response head with the write after it: the one transport
+    method it changes is `write` (and `writelines`); everything else is the socket's own."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
@@ -28,12 +29,14 @@ class CoalescingTransport(asyncio.Transport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
-        if held is None:
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data[:9] == b"HTTP/1.1 ":  # a response head (uvicorn writes it alone): wait for the body
             self._held = bytes(data)
-            self._loop.call_soon(self.flush)  # a lone write still goes out this iteration
-            return
-        self._held = None
-        self._transport.write(held + data)
+            self._loop.call_soon(self.flush)  # a head without a body still goes out this iteration
+        else:
+            self._transport.write(data)  # body bytes and stream frames go out at once
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))

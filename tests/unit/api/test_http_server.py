@@ -49,30 +49,30 @@ async def test_a_head_and_its_body_go_out_as_one_write() -> None:
     assert len(socket_side.writes) == 1  # nothing held back, nothing written twice
 
 
-async def test_a_lone_write_goes_out_when_the_iteration_ends() -> None:
+async def test_a_head_alone_goes_out_when_the_iteration_ends_and_frames_at_once() -> None:
     socket_side = RecordingTransport()
     transport = CoalescingTransport(socket_side, asyncio.get_running_loop())
-    transport.write(b"data: 1\n\n")
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    transport.write(head)
     assert socket_side.writes == []
-    assert transport.get_write_buffer_size() == len(b"data: 1\n\n")
+    assert transport.get_write_buffer_size() == len(head)
     await asyncio.sleep(0)
-    assert socket_side.writes == [b"data: 1\n\n"]
-    transport.write(b"data: 2\n\n")
-    await asyncio.sleep(0)
-    assert socket_side.writes == [b"data: 1\n\n", b"data: 2\n\n"]
+    assert socket_side.writes == [head]
+    transport.write(b"9\r\ndata: 1\n\n\r\n")  # a stream frame: not held
+    assert socket_side.writes == [head, b"9\r\ndata: 1\n\n\r\n"]
 
 
 async def test_close_writes_what_is_held_first_and_abort_drops_it() -> None:
     socket_side = RecordingTransport()
     transport = CoalescingTransport(socket_side, asyncio.get_running_loop())
-    transport.write(b"last words")
+    transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
     transport.close()
     assert socket_side.events == ["write", "close"]
-    assert socket_side.writes == [b"last words"]
+    assert socket_side.writes == [b"HTTP/1.1 204 No Content\r\n\r\n"]
 
     dropped = RecordingTransport()
     transport = CoalescingTransport(dropped, asyncio.get_running_loop())
-    transport.write(b"never sent")
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.abort()
     await asyncio.sleep(0)
     assert dropped.events == ["abort"]
