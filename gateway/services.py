@@ -17,6 +17,8 @@ from typing import Any
 import structlog
 from litestar import Request
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
@@ -106,18 +108,7 @@ def open_services(settings: Settings) -> Services:
     pins: PinStore
     limiter: Limiter
     if settings.redis_url:
-        # A blocking pool: a burst of requests waits for a connection instead of failing. No
-        # socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a
-        # dead Redis still fails fast on connect, and health checks find half-open sockets.
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url,
-            max_connections=1024,
-            timeout=5.0,
-            socket_connect_timeout=2.0,
-            socket_keepalive=True,
-            health_check_interval=10,
-        )
-        redis = Redis(connection_pool=pool)
+        redis = redis_client(settings.redis_url)
         consumer = f"{socket.gethostname()}-{os.getpid()}"
         batcher = PipelineBatcher(redis)  # a request's usage append and spend settle: one round trip
         buffer = RedisStreamBuffer(redis, consumer=consumer, batcher=batcher)
@@ -163,6 +154,28 @@ def open_services(settings: Settings) -> Services:
         metrics=metrics,
         limiter=limiter,
     )
+
+
+def redis_client(url: str) -> Redis:
+    """The process's Redis client.
+
+    A blocking pool: a burst of requests waits for a connection instead of failing. No
+    socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a dead
+    Redis still fails fast on connect, and health checks find half-open sockets. Connections from
+    a pool get no retries unless told: after a Redis restart every pooled connection is dead, and
+    each would fail the next command given to it (a request's pin, its admission); one retry on a
+    fresh connection lets those commands through once Redis is back.
+    """
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=1024,
+        timeout=5.0,
+        socket_connect_timeout=2.0,
+        socket_keepalive=True,
+        health_check_interval=10,
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+    )
+    return Redis(connection_pool=pool)
 
 
 def services_of(request: Request) -> Services:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
+import structlog
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
@@ -20,6 +21,8 @@ from redis.typing import EncodableT
 
 from gateway.errors import GatewayError
 from gateway.routing.deployment import Deployment
+
+log = structlog.get_logger("gateway.pins")
 
 
 class PinStoreUnavailable(GatewayError):
@@ -253,6 +256,7 @@ class RedisPinStore:
         try:
             reply: list[bytes] | None = await script(keys=keys, args=args)
         except RedisError as exc:
+            log.warning("pin_store_failed", error=type(exc).__name__)  # the class only: no key names
             raise PinStoreUnavailable("batch pin store unreachable") from exc
         return reply
 

@@ -30,7 +30,8 @@ def _pin_batch(stack: FaultStack, key: str) -> tuple[str, str]:
         json=CHAT_BODY,
         headers={"authorization": f"Bearer {key}", "x-gateway-batch": BATCH},
     )
-    assert response.status_code == 200, response.text
+    warnings = [line for line in stack.gateways[1].logs().splitlines() if '"level":"warning"' in line]
+    assert response.status_code == 200, (response.text, warnings[-10:])
     return response.headers["x-request-id"], response.headers["x-gateway-provider"]
 
 
@@ -91,6 +92,7 @@ def _pin_after_restart(stack: FaultStack, key: str) -> str:
     response = httpx.get(
         f"{stack.urls[1]}/v1/gateway/batches/{BATCH}", headers={"authorization": f"Bearer {key}"}
     )
-    assert response.status_code == 200, response.text
+    warnings = [line for line in stack.gateways[1].logs().splitlines() if '"level":"warning"' in line]
+    assert response.status_code == 200, (response.text, warnings[-10:])
     provider: str = response.json()["provider"]
     return provider
