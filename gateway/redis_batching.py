@@ -122,14 +122,14 @@ class PipelineBatcher:
             await connection.send_packed_command(connection.pack_commands(commands))
             for queued in batch:
                 try:
-                    _settle(queued.waiters, reply=await connection.read_response())
+                    _resolve(queued.waiters, reply=await connection.read_response())
                 except ResponseError as exc:  # this command's error; the connection reads on
-                    _settle(queued.waiters, error=exc)
+                    _resolve(queued.waiters, error=exc)
         except BaseException as exc:  # every waiter left learns of the failure and handles it itself
             # redis-py has closed the connection on a failed write or read: the next flush reconnects.
             failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
             for queued in batch:
-                _settle(queued.waiters, error=failure)
+                _resolve(queued.waiters, error=failure)
             if not isinstance(exc, Exception):
                 raise
 
@@ -138,7 +138,7 @@ class PipelineBatcher:
         return self._connection
 
 
-def _settle(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:
+def _resolve(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:
     for future in waiters:
         if future.done():
             continue
