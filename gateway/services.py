@@ -163,8 +163,8 @@ def redis_client(url: str) -> Redis:
     socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a dead
     Redis still fails fast on connect, and health checks find half-open sockets. Connections from
     a pool get no retries unless told: after a Redis restart every pooled connection is dead, and
-    each would fail the next command given to it (a request's pin, its admission); one retry on a
-    fresh connection lets those commands through once Redis is back.
+    each would fail the next command given to it (a request's pin, its admission); up to two
+    retries on a fresh connection let those commands through once Redis is back.
     """
     pool = BlockingConnectionPool.from_url(
         url,

@@ -10,6 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from gateway.redis_batching import PipelineBatcher
+from tests.support.round_trips import RoundTrips
 
 
 async def test_each_caller_gets_its_own_reply() -> None:
@@ -61,22 +62,12 @@ async def test_commands_of_one_loop_iteration_share_one_round_trip() -> None:
     redis = fakeredis.FakeAsyncRedis()
     batcher = PipelineBatcher(redis)
     await batcher.submit("PING")  # connects
-    connection = batcher._connection
-    assert connection is not None
-    writes = 0
-    send = connection.send_packed_command
-
-    async def counted(*args: object, **kwargs: object) -> None:
-        nonlocal writes
-        writes += 1
-        await send(*args, **kwargs)  # type: ignore[arg-type]
-
-    connection.send_packed_command = counted  # type: ignore[method-assign]
+    round_trips = RoundTrips(batcher)
     await asyncio.gather(*(batcher.submit("SET", f"k{i}", i) for i in range(50)))
-    assert writes == 1
+    assert round_trips.count == 1
     assert await redis.get("k49") == b"49"
     await batcher.submit("SET", "later", 1)
-    assert writes == 2
+    assert round_trips.count == 2
 
 
 async def test_commands_queued_during_a_round_trip_share_the_next_one() -> None:

@@ -14,6 +14,7 @@ from gateway.limits import MonthSpend, RedisLimiter
 from gateway.limits.redis_limiter import _SETTLE
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.redis_batching import PipelineBatcher
+from tests.support.round_trips import RoundTrips
 from tests.unit.limits.conftest import Clock, principal, usage_event
 
 
@@ -115,22 +116,12 @@ async def test_a_settle_is_queued_when_called_and_shares_the_usage_appends_round
     buffer = RedisStreamBuffer(fake_redis, stream="usage", batcher=batcher)
     await buffer.append(usage_event(clock))  # connects, and takes the stream length check out of the way
     await fake_redis.script_load(_SETTLE)
-    connection = batcher._connection
-    assert connection is not None
-    writes = 0
-    send = connection.send_packed_command
-
-    async def counted(*args: object, **kwargs: object) -> None:
-        nonlocal writes
-        writes += 1
-        await send(*args, **kwargs)  # type: ignore[arg-type]
-
-    connection.send_packed_command = counted  # type: ignore[method-assign]
+    round_trips = RoundTrips(batcher)
     event = usage_event(clock, cost="0.25")
     settled = limiter.settle(principal(), event, 0)
     await buffer.append(event)
     await settled
 
-    assert writes == 1
+    assert round_trips.count == 1
     assert await fake_redis.xlen("usage") == 2
     assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("0.25")
