@@ -11,6 +11,7 @@ import asyncio
 import atexit
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, MutableMapping
 from typing import Any, BinaryIO
@@ -52,16 +53,23 @@ class LineWriter:
         self.stream = stream
         self._lines: list[bytes] = []
         self._scheduled = False
+        # The loop last found and its thread: asyncio.get_running_loop() is a getpid() system call
+        # on CPython 3.11, and a loop running in this thread is the running loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     def msg(self, line: bytes) -> None:
         self._lines.append(line)
         if self._scheduled:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop in this thread (the CLI, a worker thread): write at once
-            self.flush()
-            return
+        loop = self._loop
+        if loop is None or self._loop_thread != threading.get_ident() or not loop.is_running():
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop in this thread (the CLI, a worker thread): write at once
+                self.flush()
+                return
+            self._loop_thread = threading.get_ident()
         self._scheduled = True
         loop.call_soon(self.flush)
 

@@ -8,7 +8,10 @@ and each of those callers gets that command's reply.
 
 The batcher keeps one connection of its own and writes packed commands to it directly: redis-py's
 `Pipeline` (a pool checkout, a command stack, response callbacks, a retry wrapper per flush) costs
-several times the commands it carries, and these are on the path of every proxied request.
+several times the commands it carries, and these are on the path of every proxied request. For the
+same reason a round trip has one timeout, not one per command and reply (redis-py's `socket_timeout`
+puts a task and a timer on each), and the connection is not health-checked before every write: one
+idle for `IDLE_RECONNECT_S` is replaced instead, so a Redis restarted meanwhile costs no request.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
+
+ROUND_TRIP_TIMEOUT_S = 5.0  # redis-py's default socket_timeout, for one whole round trip
+IDLE_RECONNECT_S = 10.0  # the pool's health_check_interval
 
 Command = tuple[EncodableT, ...]
 Item = TypeVar("Item")
@@ -45,6 +52,10 @@ class PipelineBatcher:
         self._pending: list[_Queued] = []
         self._merging: dict[Hashable, tuple[list[Any], _Queued]] = {}
         self._flusher: asyncio.Task[None] | None = None
+        # The loop of the round trips, kept: asyncio.get_running_loop() costs a getpid() system
+        # call on CPython 3.11, several per request otherwise.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_round_trip = 0.0
 
     def submit(self, *command: EncodableT) -> asyncio.Future[Any]:
         """Queue one command (`"XADD", stream, "*", field, value`); the future is its reply.
@@ -98,12 +109,13 @@ class PipelineBatcher:
     def _queue(self, queued: _Queued) -> _Queued:
         self._pending.append(queued)
         if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(self._drain())
+            self._loop = asyncio.get_running_loop()
+            self._flusher = self._loop.create_task(self._drain())
         return queued
 
-    @staticmethod
-    def _wait(queued: _Queued) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def _wait(self, queued: _Queued) -> asyncio.Future[Any]:
+        assert self._loop is not None  # set by _queue: a queued command always has a flusher
+        future: asyncio.Future[Any] = self._loop.create_future()
         queued.waiters.append(future)  # one future per caller: a caller giving up cancels only its own
         return future
 
@@ -118,24 +130,36 @@ class PipelineBatcher:
     async def _flush(self, batch: list[_Queued]) -> None:
         try:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
-            connection = self._connection or await self._connect()
-            await connection.send_packed_command(connection.pack_commands(commands))
-            for queued in batch:
-                try:
-                    _resolve(queued.waiters, reply=await connection.read_response())
-                except ResponseError as exc:  # this command's error; the connection reads on
-                    _resolve(queued.waiters, error=exc)
+            connection = await self._ready_connection()
+            async with asyncio.timeout(ROUND_TRIP_TIMEOUT_S):
+                await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+                for queued in batch:
+                    try:
+                        _resolve(queued.waiters, reply=await connection.read_response())
+                    except ResponseError as exc:  # this command's error; the connection reads on
+                        _resolve(queued.waiters, error=exc)
         except BaseException as exc:  # every waiter left learns of the failure and handles it itself
             # redis-py has closed the connection on a failed write or read: the next flush reconnects.
-            failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
+            if isinstance(exc, TimeoutError):  # the round trip's own (redis-py's TimeoutError is another)
+                failure: Exception = RedisTimeoutError("Redis did not answer a round trip in time")
+            else:
+                failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
             for queued in batch:
                 _resolve(queued.waiters, error=failure)
             if not isinstance(exc, Exception):
                 raise
 
-    async def _connect(self) -> AbstractConnection:
-        self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-        return self._connection
+    async def _ready_connection(self) -> AbstractConnection:
+        assert self._loop is not None
+        now, connection = self._loop.time(), self._connection
+        if connection is None:
+            connection = self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+            connection.socket_timeout = None  # the round trip's timeout covers its writes and reads
+            connection.health_check_interval = 0
+        elif now - self._last_round_trip > IDLE_RECONNECT_S:
+            await connection.disconnect()  # the next write connects again
+        self._last_round_trip = now
+        return connection
 
 
 def _resolve(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:

@@ -159,9 +159,10 @@ def open_services(settings: Settings) -> Services:
 def redis_client(url: str) -> Redis:
     """The process's Redis client.
 
-    A blocking pool: a burst of requests waits for a connection instead of failing. No
-    socket_timeout: redis-py wraps every command in wait_for (a task each) when it is set; a dead
-    Redis still fails fast on connect, and health checks find half-open sockets. Connections from
+    A blocking pool: a burst of requests waits for a connection instead of failing. redis-py's
+    default socket_timeout (5 s) bounds each command of the pool, at the price of a task and a timer
+    per command; a request's own commands (its usage append and spend settle) go through the group
+    commit instead (`gateway.redis_batching`), which has one timeout per round trip. Connections from
     a pool get no retries unless told: after a Redis restart every pooled connection is dead, and
     each would fail the next command given to it (a request's pin, its admission); up to two
     retries on a fresh connection let those commands through once Redis is back.

@@ -67,8 +67,11 @@ def request_head(method: str, target: Target, headers: Mapping[str, str], length
 class Connection(asyncio.Protocol):
     """One socket to an upstream, carrying one exchange at a time."""
 
-    def __init__(self, pool: UpstreamPool, origin: tuple[str, str, int]) -> None:
+    def __init__(
+        self, pool: UpstreamPool, origin: tuple[str, str, int], loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.pool, self.origin = pool, origin
+        self._loop = loop  # kept: asyncio.get_running_loop() is a getpid() system call on CPython 3.11
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None
@@ -164,9 +167,8 @@ class Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def _wait(self, wait_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(wait_s, self._time_out, waiter)
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(wait_s, self._time_out, waiter)
         try:
             await waiter
         finally:
@@ -325,7 +327,7 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(wait_s):
                 _, conn = await loop.create_connection(
-                    lambda: Connection(self, origin),
+                    lambda: Connection(self, origin, loop),
                     host,
                     port,
                     ssl=tls,

@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
+from gateway import redis_batching
 from gateway.redis_batching import PipelineBatcher
 from gateway.services import redis_client
 
@@ -62,3 +64,37 @@ async def test_the_group_commit_reconnects_after_its_connection_was_closed() -> 
         await admin.delete(f"{NAME}:g")
         await client.aclose()
         await admin.aclose()
+
+
+async def test_a_group_commit_idle_long_enough_reconnects_before_it_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Redis restarted while the gateway was idle: the first request after it does not fail."""
+    monkeypatch.setattr(redis_batching, "IDLE_RECONNECT_S", 0.05)
+    client, admin = redis_client(REDIS_URL), Redis.from_url(REDIS_URL)
+    batcher = PipelineBatcher(client)
+    try:
+        await batcher.submit("CLIENT", "SETNAME", NAME)
+        assert await _kill_our_connections(admin) == 1
+        await asyncio.sleep(0.1)
+
+        assert await batcher.submit("INCR", f"{NAME}:i") == 1
+    finally:
+        await admin.delete(f"{NAME}:i")
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_a_round_trip_without_an_answer_fails_in_time_and_the_next_one_goes_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redis_batching, "ROUND_TRIP_TIMEOUT_S", 0.2)
+    client = redis_client(REDIS_URL)
+    batcher = PipelineBatcher(client)
+    try:
+        with pytest.raises(RedisError, match="in time"):
+            await batcher.submit("BLPOP", f"{NAME}:never", 0)  # Redis holds the answer back
+        assert await batcher.submit("INCR", f"{NAME}:t") == 1
+    finally:
+        await client.delete(f"{NAME}:t")
+        await client.aclose()

@@ -45,6 +45,22 @@ def test_without_a_loop_each_line_is_written_at_once() -> None:
     assert stream.writes == 2
 
 
+def test_one_writer_follows_each_loop_of_its_thread_and_none() -> None:
+    stream = CountingStream()
+    writer = LineWriter(stream)
+
+    async def two_lines(n: int) -> None:
+        writer.msg(b'{"n":%d}\n' % n)
+        writer.msg(b'{"n":%d}\n' % (n + 1))
+        await asyncio.sleep(0)
+
+    asyncio.run(two_lines(0))
+    asyncio.run(two_lines(2))  # a new loop in the same thread: the lines go out on it
+    writer.msg(b'{"n":4}\n')  # no loop now: at once
+    assert stream.writes == 3
+    assert [msgspec.json.decode(line)["n"] for line in stream.getvalue().splitlines()] == list(range(5))
+
+
 def test_the_stamp_is_structlogs_iso_utc_format_and_current() -> None:
     before = datetime.now(UTC)
     stamps = [IsoStamper()(None, "info", {})["timestamp"] for _ in range(3)]
