@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gateway.settings import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from gateway.metering.writer_process import WriterProcess
 
 
 def _settings() -> Settings:
@@ -18,10 +23,7 @@ def _settings() -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.db.migrate import upgrade_head
-    from gateway.http_server import HttpToolsProtocol
 
     settings = _settings()
     workers = args.workers or settings.workers
@@ -34,6 +36,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if not args.no_migrate:
         upgrade_head(settings.database_url)
+    writer = _start_writer_process(settings)
+    try:
+        _run_uvicorn(settings, args, workers)
+    finally:
+        if writer is not None:
+            writer.stop()  # after the workers: it writes what they appended last
+    return 0
+
+
+def _start_writer_process(settings: Settings) -> WriterProcess | None:
+    """With Redis, one writer process beside the workers unless told otherwise (auto, process)."""
+    from gateway.metering.writer_process import WriterProcess
+
+    mode = settings.metering_writer
+    if mode == "auto":
+        mode = "process" if settings.redis_url else "worker"
+        os.environ["GATEWAY_METERING_WRITER"] = mode  # what the workers' settings will say
+    if mode != "process":
+        return None
+    writer = WriterProcess()
+    writer.start()
+    return writer
+
+
+def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> None:
+    import uvicorn
+
+    from gateway.http_server import HttpToolsProtocol
+
     uvicorn.run(
         "gateway.asgi:app_factory",
         factory=True,
@@ -48,6 +79,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server_header=False,
         proxy_headers=False,  # the gateway never reads the client address; skip the rewrite per request
     )
+
+
+def cmd_metering_writer(args: argparse.Namespace) -> int:
+
+    import uvloop
+
+    from gateway.logs import configure_logging
+    from gateway.metering.writer_process import run_writer
+
+    settings = _settings()
+    if not settings.redis_url:
+        print(
+            "gateway: the metering writer reads the Redis stream: set GATEWAY_REDIS_URL "
+            "(without Redis each serving process writes its own usage records)",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(settings.log_format)
+    uvloop.run(run_writer(settings, parent_pid=args.parent_pid))
     return 0
 
 
@@ -88,6 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=None, help="worker processes (GATEWAY_WORKERS)")
     serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
     serve.set_defaults(func=cmd_serve)
+
+    writer = commands.add_parser(
+        "metering-writer",
+        help="move usage events from the Redis stream into the database (GATEWAY_METERING_WRITER)",
+    )
+    writer.add_argument("--parent-pid", type=int, default=None, help="stop when this process ends")
+    writer.set_defaults(func=cmd_metering_writer)
 
     migrate = commands.add_parser("migrate", help="apply database migrations (Alembic upgrade head)")
     migrate.set_defaults(func=cmd_migrate)

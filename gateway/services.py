@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +24,9 @@ from gateway.db.session import create_engine, session_factory
 from gateway.dispatch.executor import Executor
 from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
-from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
+from gateway.metering.writer_process import usage_writer
 from gateway.metrics import Metrics
 from gateway.proxy.service import ProxyService
 from gateway.redis_batching import PipelineBatcher
@@ -109,9 +108,8 @@ def open_services(settings: Settings) -> Services:
     limiter: Limiter
     if settings.redis_url:
         redis = redis_client(settings.redis_url)
-        consumer = f"{socket.gethostname()}-{os.getpid()}"
         batcher = PipelineBatcher(redis)  # a request's usage append and spend settle: one round trip
-        buffer = RedisStreamBuffer(redis, consumer=consumer, batcher=batcher)
+        buffer = RedisStreamBuffer(redis, consumer=process_consumer_name(), batcher=batcher)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
         pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
         limiter = RedisLimiter(redis, batcher=batcher)
@@ -140,13 +138,7 @@ def open_services(settings: Settings) -> Services:
         redis=redis,
         key_cache=KeyCache(sessions, settings.key_cache_ttl_s, redis),
         buffer=buffer,
-        writer=UsageWriter(
-            buffer,
-            sessions,
-            batch_size=settings.metering_batch_size,
-            flush_interval_s=settings.metering_flush_interval_s,
-            reclaim_idle_ms=int(settings.metering_reclaim_idle_s * 1000),
-        ),
+        writer=usage_writer(settings, _worker_writes(settings, buffer), sessions),
         pins=pins,
         health=health,
         executor=executor,
@@ -154,6 +146,14 @@ def open_services(settings: Settings) -> Services:
         metrics=metrics,
         limiter=limiter,
     )
+
+
+def _worker_writes(settings: Settings, buffer: UsageBuffer) -> UsageBuffer:
+    """What this process's own writer moves into the database: everything, or with a writer process
+    (`GATEWAY_METERING_WRITER`), only the events it spooled while Redis was unreachable."""
+    if isinstance(buffer, RedisStreamBuffer) and settings.metering_writer in ("process", "external"):
+        return buffer.spool
+    return buffer
 
 
 def redis_client(url: str) -> Redis:

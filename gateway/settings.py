@@ -121,8 +121,12 @@ class Settings(msgspec.Struct, frozen=True):
     metering_flush_interval_s: float = 0.2
     metering_batch_size: int = 1000
     metering_reclaim_idle_s: float = 60.0  # a writer's unacked entries are taken over after this
+    # auto | worker | process | external (gateway.metering.writer_process); auto: `gateway serve`
+    # starts a writer process when Redis is configured, an app built otherwise writes in its worker
+    metering_writer: str = "auto"
 
 
+METERING_WRITERS = ("auto", "worker", "process", "external")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _PATH_IN_MESSAGE = re.compile(r" - at `\$(.*)`$")
 
@@ -134,11 +138,22 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     log_format = env.get("GATEWAY_LOG_FORMAT", "json")
     if log_format not in ("json", "console"):
         raise ConfigError(f"GATEWAY_LOG_FORMAT: must be json or console, not {log_format!r}")
+    redis_url = env.get("GATEWAY_REDIS_URL") or None
+    metering_writer = env.get("GATEWAY_METERING_WRITER") or "auto"
+    if metering_writer not in METERING_WRITERS:
+        raise ConfigError(
+            f"GATEWAY_METERING_WRITER: must be auto, worker, process or external, not {metering_writer!r}"
+        )
+    if metering_writer in ("process", "external") and redis_url is None:
+        raise ConfigError(
+            f"GATEWAY_METERING_WRITER={metering_writer} needs GATEWAY_REDIS_URL: without Redis the usage "
+            "events stay in the serving process, and its own writer moves them"
+        )
     return Settings(
         catalog=load_catalog(config_path, env),
         config_path=config_path,
         database_url=env.get("GATEWAY_DATABASE_URL") or "sqlite:///data/gateway.db",
-        redis_url=env.get("GATEWAY_REDIS_URL") or None,
+        redis_url=redis_url,
         admin_key=env.get("GATEWAY_ADMIN_KEY") or None,
         host=env.get("GATEWAY_HOST", "127.0.0.1"),
         port=_int_env(env, "GATEWAY_PORT", 8080),
@@ -146,6 +161,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         log_format=log_format,
         key_cache_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_TTL_S", 5.0),
         metering_reclaim_idle_s=_float_env(env, "GATEWAY_METERING_RECLAIM_IDLE_S", 60.0),
+        metering_writer=metering_writer,
     )
 
 

@@ -46,6 +46,11 @@ def unique_consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def process_consumer_name() -> str:
+    """host-pid: the consumer of a gateway process's writer (a worker's, or the writer process's)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 class RedisStreamBuffer:
     def __init__(
         self,

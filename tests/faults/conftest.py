@@ -100,14 +100,37 @@ class FaultStack:
 
     @staticmethod
     def consumer_of(gateway: GatewayProcess) -> str:
-        """The metering stream consumer name that gateway's writer uses (services.open_services)."""
+        """The metering stream consumer name of that gateway's writer: its writer process's, or with
+        the in-process state its own (redis_buffer.process_consumer_name)."""
         assert gateway.process is not None
-        return f"{socket.gethostname()}-{gateway.process.pid}"
+        writer = writer_pid(gateway.process.pid)
+        return f"{socket.gethostname()}-{gateway.process.pid if writer is None else writer}"
 
     @staticmethod
-    def kill(gateway: GatewayProcess, sig: signal.Signals) -> None:
+    def kill(gateway: GatewayProcess, sig: signal.Signals, *, with_writer: bool = False) -> None:
+        """Signal `gateway serve`; `with_writer` signals its writer process at the same moment (a
+        machine or container going down takes both)."""
         assert gateway.process is not None
+        writer = writer_pid(gateway.process.pid) if with_writer else None
         os.kill(gateway.process.pid, sig)
+        if writer is not None:
+            os.kill(writer, sig)
+
+
+def writer_pid(serve_pid: int) -> int | None:
+    """The `gateway metering-writer` child of a `gateway serve`, if it runs one."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if parent == serve_pid and b"metering-writer" in command:
+            return int(entry.name)
+    return None
 
 
 @pytest.fixture(scope="session")

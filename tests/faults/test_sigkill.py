@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
 
-from tests.faults.conftest import RECLAIM_IDLE_S, StackFactory
+from tests.faults.conftest import RECLAIM_IDLE_S, StackFactory, writer_pid
 from tests.faults.load import SteadyLoad, served_ids, summary
 from tests.faults.records import record_counts, report, wait_for_records
 
@@ -46,7 +47,7 @@ async def test_sigkill_of_one_gateway_loses_and_doubles_nothing(
     await asyncio.to_thread(postgres.stop)
     await asyncio.sleep(3.0)
     held = (await pending_of(stack.redis_url)).get(victim_consumer, 0)
-    stack.kill(victim, signal.SIGKILL)
+    stack.kill(victim, signal.SIGKILL, with_writer=True)
     await asyncio.sleep(1.0)
     await asyncio.to_thread(postgres.start)
     outcomes = await running
@@ -83,3 +84,45 @@ async def _settled_pending(redis_url: str, consumer: str) -> int:
             return 0
         await asyncio.sleep(0.2)
     return pending
+
+
+async def test_sigkill_of_a_writer_process_is_restarted_and_loses_nothing(
+    fault_stack: StackFactory, record_property: Callable[[str, object], None]
+) -> None:
+    """The writer process alone dies holding a batch: `gateway serve` starts another, and the
+    batch is taken over once idle; every record once."""
+    stack = fault_stack(gateways=1)
+    assert stack.redis_url is not None
+    team_id, key = stack.new_team("writer-sigkill")
+    warmed = stack.warm(key)
+    gateway = stack.gateways[0]
+    assert gateway.process is not None
+    killed = writer_pid(gateway.process.pid)
+    assert killed is not None  # with Redis, `gateway serve` runs its writer as a process
+    killed_consumer = stack.consumer_of(gateway)
+    postgres = stack.stores.postgres
+    running = asyncio.create_task(SteadyLoad(stack.urls, key, RATE_PER_S).run(10.0))
+
+    await asyncio.sleep(2.0)
+    await asyncio.to_thread(postgres.stop)  # the writer holds the batch it read, unacked
+    await asyncio.sleep(2.0)
+    held = (await pending_of(stack.redis_url)).get(killed_consumer, 0)
+    os.kill(killed, signal.SIGKILL)
+    await asyncio.sleep(0.5)
+    await asyncio.to_thread(postgres.start)
+    outcomes = await running
+
+    served = served_ids(outcomes) | warmed
+    records = await wait_for_records(stack.database_url, team_id, served)
+    restarted = writer_pid(gateway.process.pid)
+    pending_after = await _settled_pending(stack.redis_url, killed_consumer)
+    assert held > 0
+    assert restarted is not None and restarted != killed
+    assert served - records.keys() == set()
+    assert await record_counts(stack.database_url, team_id) == (len(records), len(records))
+    assert pending_after == 0
+    report(
+        record_property,
+        "writer_sigkill",
+        {"served": len(served), "held_unacked_by_killed": held, "records": len(records), **summary(outcomes)},
+    )

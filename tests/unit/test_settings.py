@@ -257,6 +257,7 @@ def test_environment_defaults(tmp_path: Path) -> None:
     assert settings.redis_url is None and settings.admin_key is None
     assert (settings.host, settings.port, settings.workers) == ("127.0.0.1", 8080, 1)
     assert settings.log_format == "json" and settings.key_cache_ttl_s == 5.0
+    assert settings.metering_writer == "auto"  # `gateway serve` decides: a process with Redis
 
 
 def test_environment_values(tmp_path: Path) -> None:
@@ -271,8 +272,10 @@ def test_environment_values(tmp_path: Path) -> None:
             "GATEWAY_WORKERS": "4",
             "GATEWAY_LOG_FORMAT": "console",
             "GATEWAY_KEY_CACHE_TTL_S": "0.5",
+            "GATEWAY_METERING_WRITER": "external",
         }
     )
+    assert settings.metering_writer == "external"
     assert settings.database_url == "postgresql://gw@db/gateway"
     assert settings.redis_url == "redis://cache:6379/0" and settings.admin_key == "admin-secret"
     assert (settings.host, settings.port, settings.workers) == ("0.0.0.0", 9000, 4)
@@ -293,6 +296,17 @@ def test_empty_optional_variables_mean_unset(tmp_path: Path) -> None:
         ("GATEWAY_PORT", "eighty", "GATEWAY_PORT: expected an integer, got 'eighty'"),
         ("GATEWAY_WORKERS", "2.5", "GATEWAY_WORKERS: expected an integer, got '2.5'"),
         ("GATEWAY_LOG_FORMAT", "xml", "GATEWAY_LOG_FORMAT: must be json or console, not 'xml'"),
+        (
+            "GATEWAY_METERING_WRITER",
+            "thread",
+            "GATEWAY_METERING_WRITER: must be auto, worker, process or external, not 'thread'",
+        ),
+        (
+            "GATEWAY_METERING_WRITER",
+            "process",
+            "GATEWAY_METERING_WRITER=process needs GATEWAY_REDIS_URL: without Redis the usage events "
+            "stay in the serving process, and its own writer moves them",
+        ),
     ],
 )
 def test_bad_environment_values_name_the_variable(
