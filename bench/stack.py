@@ -8,6 +8,7 @@ key checks and batch pins all run against real services.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from bench.procstat import tree
 
 REPO = Path(__file__).resolve().parents[1]
 DATABASE = "gateway_bench"
@@ -96,6 +99,8 @@ class Gateway:
     workers: int = 1
     server: str = "uvicorn"
     cpus: str | None = None
+    prefix: tuple[str, ...] = ()  # a command to run the server under (valgrind: bench/instructions.py)
+    ready_timeout_s: float = 30.0
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     team_key: str = ""
@@ -143,7 +148,7 @@ class Gateway:
 
     def _launch(self) -> None:
         env = self.env(self.database_url)
-        command = server_command(self.server, self.port, self.workers)
+        command = [*self.prefix, *server_command(self.server, self.port, self.workers)]
         if self.cpus:
             command = ["taskset", "-c", self.cpus, *command]
         with (self.workdir / f"gateway-{self.server}.log").open("ab") as log:
@@ -153,9 +158,20 @@ class Gateway:
         except BaseException:
             self.stop()
             raise
+        if self.cpus:
+            self._unpin_writer()
+
+    def _unpin_writer(self) -> None:
+        """The metering writer process floats over every core, as PostgreSQL and Redis do: the pin
+        keeps the serving worker apart from the load, and the writer is not on the request path."""
+        assert self.process is not None
+        for pid in tree(self.process.pid):
+            with contextlib.suppress(OSError):
+                if b"metering-writer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.sched_setaffinity(pid, range(os.cpu_count() or 1))
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:

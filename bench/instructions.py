@@ -1,0 +1,99 @@
+"""Instructions per request in the serving worker, counted by valgrind's callgrind.
+
+    .venv/bin/python -m bench.instructions [--requests 400] [--flavour json] [--out DIR]
+
+CPU time on a shared machine varies by 10-20% from run to run; the number of instructions the
+worker executes for the same requests varies by well under 1%, so it tells whether a change to the
+hot path made it cheaper. It counts user-space instructions only: system calls and the kernel's
+TCP work are not in it (those are in `bench/run`'s CPU figures).
+
+It starts nginx and one `gateway serve` (one uvicorn worker, PostgreSQL, Redis, the metering
+writer process) as `bench/run` does, with the worker under `valgrind --tool=callgrind` and
+counting switched off; sends warm-up requests, switches counting on for `--requests` sequential
+non-streaming requests (team key, batch pin, metering), and prints the instructions per request.
+The callgrind file stays in `--out` for `callgrind_annotate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from bench.load import chat_body
+from bench.nginx import Nginx
+from bench.stack import Gateway, free_port
+
+_TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
+
+
+def _callgrind_control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, stdout=subprocess.DEVNULL)  # noqa: S603, S607
+
+
+def _send(client: httpx.Client, headers: dict[str, str], body: bytes, count: int) -> None:
+    for _ in range(count):
+        response = client.post("/v1/chat/completions", content=body, headers=headers)
+        response.raise_for_status()
+
+
+def count(requests: int, warmup: int, flavour: str, out: Path) -> int:
+    """Instructions the worker executed for `requests` requests (after `warmup` of them)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("callgrind.out.*"):
+        old.unlink()
+    valgrind = (
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out}/callgrind.out.%p",
+    )
+    nginx = Nginx(out, free_port())
+    gateway = Gateway(out, nginx.base_url, prefix=valgrind, ready_timeout_s=300.0)
+    nginx.start(None)
+    try:
+        gateway.start()
+        headers = {
+            "authorization": f"Bearer {gateway.team_key}",
+            "x-gateway-batch": f"instructions-{flavour}",
+            "content-type": "application/json",
+        }
+        body = chat_body(f"bench-{flavour}", False)
+        with httpx.Client(base_url=gateway.base_url, timeout=60) as client:
+            _send(client, headers, body, warmup)
+            _callgrind_control("--instr=on", str(gateway.pid))
+            _send(client, headers, body, requests)
+            _callgrind_control("--instr=off", str(gateway.pid))
+            _callgrind_control("--dump", str(gateway.pid))
+    finally:
+        gateway.stop()
+        nginx.stop()
+    totals = [int(m.group(1)) for f in out.glob("callgrind.out.*") for m in _TOTALS.finditer(f.read_text())]
+    return sum(totals)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.instructions", description=__doc__)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--flavour", default="json", help="nginx location: json (default)")
+    parser.add_argument("--out", type=Path, default=None, help="keep the callgrind files here")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("bench.instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="gateway-instructions-"))
+    total = count(args.requests, args.warmup, args.flavour, out)
+    print(f"{total / args.requests:,.0f} instructions per request ({args.requests} requests, {total:,} in all); "
+          f"callgrind files in {out}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
