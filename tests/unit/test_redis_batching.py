@@ -6,10 +6,12 @@ import asyncio
 
 import fakeredis
 import pytest
+from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import DataError, NoScriptError, ResponseError
 
-from gateway.redis_batching import PipelineBatcher
+from gateway import redis_batching
+from gateway.redis_batching import PipelineBatcher, pack
 from tests.support.round_trips import RoundTrips
 
 
@@ -134,21 +136,19 @@ async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply() -> N
     assert await second == 3  # the command still carried both items
 
 
-async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again() -> None:
+async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     redis = fakeredis.FakeAsyncRedis()
     script = redis.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
     batcher = PipelineBatcher(redis)
-    await batcher.submit("PING")  # connects
-    connection = batcher._connection
-    assert connection is not None
     sent: list[tuple[object, ...]] = []
-    pack = connection.pack_commands
 
-    def recording(commands: list[tuple[object, ...]]) -> list[bytes]:
+    def recording(commands: list[tuple[object, ...]]) -> bytes:
         sent.extend(commands)
         return pack(commands)  # type: ignore[arg-type]
 
-    connection.pack_commands = recording  # type: ignore[method-assign]
+    monkeypatch.setattr(redis_batching, "pack", recording)
 
     def keys_and_args(items: list[int]) -> tuple[list[str], list[int]]:
         return ["s"], [sum(items)]
@@ -159,3 +159,19 @@ async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again
     assert await redis.script_exists(script.sha) == [True]
     assert await batcher.merge_script(script, "s", 1, keys_and_args) == 21
     assert [c[0] for c in sent] == ["EVALSHA", "SCRIPT", "EVALSHA", "EVALSHA"]
+
+
+def test_commands_are_packed_as_redis_py_packs_them() -> None:
+    commands = [
+        ("EVALSHA", "a" * 40, 1, "gateway:usage", b'{"request_id":"req_1"}', b"x" * 70_000),
+        ("INCRBYFLOAT", "spend:t\u00e9am", 0.000125, -3, 12345678901234567890),
+        ("SET", bytearray(b"k"), memoryview(b"v")),
+        ("PING",),
+    ]
+    expected = b"".join(bytes(chunk) for chunk in Connection().pack_commands(commands))
+    assert pack(commands) == expected
+
+
+def test_a_bool_is_refused_as_redis_py_refuses_it() -> None:
+    with pytest.raises(DataError):
+        pack([("SET", "k", True)])
