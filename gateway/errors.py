@@ -163,6 +163,9 @@ class UpstreamTooLarge(UpstreamError):
     code = "upstream_too_large"
     retryable = False
 
+    def __init__(self, message: str = "The upstream response exceeds the gateway's size limit") -> None:
+        super().__init__(message)
+
 
 class UpstreamRejected(UpstreamError):
     """A 4xx from the provider about the request itself: retrying or moving would not help."""

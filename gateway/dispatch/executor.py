@@ -48,6 +48,10 @@ class Reply(Protocol):
 
     def chunks(self) -> AsyncIterator[bytes]: ...
 
+    async def read(self, limit: int) -> bytes:
+        """The whole body; UpstreamTooLarge once it passes `limit` bytes."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -263,14 +267,7 @@ class Executor:
         return body
 
     async def _read_capped(self, reply: Reply) -> bytes:
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in reply.chunks():
-            size += len(chunk)
-            if size > self._max_response:
-                raise UpstreamTooLarge("The upstream response exceeds the gateway's size limit")
-            parts.append(chunk)
-        return b"".join(parts)
+        return await reply.read(self._max_response)
 
     async def open_stream(
         self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int

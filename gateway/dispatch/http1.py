@@ -27,7 +27,13 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import (
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+)
 
 HIGH_WATER = 256 * 1024  # buffered body bytes at which the socket stops being read
 MAX_HEAD = 64 * 1024  # response status line and headers together
@@ -216,18 +222,39 @@ class Connection(asyncio.Protocol):
 class Reply:
     """An upstream's answer: status and headers at once, the body as it arrives."""
 
-    __slots__ = ("_conn", "_read_timeout", "_released", "_slots", "headers", "status")
+    __slots__ = ("_conn", "_headers", "_raw_headers", "_read_timeout", "_released", "_slots", "status")
 
     def __init__(self, conn: Connection, read_timeout: float, slots: asyncio.Semaphore) -> None:
         self._conn, self._read_timeout, self._released, self._slots = conn, read_timeout, False, slots
         self.status = conn.status
-        self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in conn.raw_headers}
+        self._raw_headers = conn.raw_headers
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Decoded when asked for (an error's Retry-After): a success never reads them."""
+        if self._headers is None:
+            self._headers = {
+                name.decode("latin-1"): value.decode("latin-1") for name, value in self._raw_headers
+            }
+        return self._headers
 
     async def chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn
         while (chunk := await conn.next_chunk(self._read_timeout)) is not None:
             yield chunk
         self._release()
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body (`chunks` joined, without an async generator), at most `limit` bytes."""
+        conn, parts, size = self._conn, [], 0
+        while (chunk := await conn.next_chunk(self._read_timeout)) is not None:
+            size += len(chunk)
+            if size > limit:
+                raise UpstreamTooLarge
+            parts.append(chunk)
+        self._release()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _release(self) -> None:
         if self._released:

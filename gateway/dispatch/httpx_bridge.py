@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 
 
 class HttpxReply:
@@ -26,6 +26,15 @@ class HttpxReply:
         with map_httpx_errors():
             async for chunk in self._response.aiter_bytes():
                 yield chunk
+
+    async def read(self, limit: int) -> bytes:
+        parts, size = [], 0
+        async for chunk in self.chunks():
+            size += len(chunk)
+            if size > limit:
+                raise UpstreamTooLarge
+            parts.append(chunk)
+        return b"".join(parts)
 
     async def aclose(self) -> None:
         await self._response.aclose()

@@ -13,7 +13,13 @@ import pytest
 import uvloop
 
 from gateway.dispatch.http1 import UpstreamPool, target_of
-from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import (
+    UpstreamError,
+    UpstreamMisconfigured,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
@@ -260,6 +266,39 @@ async def test_a_large_body_arrives_whole_through_flow_control(pool: UpstreamPoo
             await asyncio.sleep(0)  # a slow reader
         await reply.aclose()
     assert b"".join(received) == payload
+
+
+async def test_read_gives_the_whole_body_and_reuses_the_connection(pool: UpstreamPool) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(2):
+            await server.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+            await writer.drain()
+            writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+            await writer.drain()
+
+    async with Scripted(handler) as server:
+        for _ in range(2):
+            reply = await pool.request("POST", server.url, {}, b"{}", connect_timeout=5, read_timeout=5)
+            assert await reply.read(limit=11) == b"firstsecond"
+            await reply.aclose()
+    assert server.connections == 1
+
+
+async def test_read_past_its_limit_is_too_large(pool: UpstreamPool) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while True:
+                await server.read_request(reader)
+                writer.write(OK)
+                await writer.drain()
+
+    async with Scripted(handler) as server:
+        reply = await pool.request("POST", server.url, {}, b"{}", connect_timeout=5, read_timeout=5)
+        with pytest.raises(UpstreamTooLarge):
+            await reply.read(limit=10)  # the body is 11 bytes
+        await reply.aclose()
+        assert await fetch(pool, server.url) == (200, b'{"ok":true}')  # the pool goes on
 
 
 async def test_a_header_with_a_line_break_is_never_sent(pool: UpstreamPool) -> None:
