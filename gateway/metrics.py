@@ -1,11 +1,22 @@
-"""Prometheus metrics: one registry per app, observed on the hot path with label children cached."""
+"""Prometheus metrics: one registry per app.
+
+The series every request moves (requests, tokens, latency, time to first token, overhead) are
+plain numbers that the event loop adds to, without prometheus_client's lock per increment and
+its bucket scan per observation; a collector turns them into Prometheus families when `/metrics`
+is scraped. Everything that runs in a worker runs on its one event loop thread, so there is no
+concurrent writer. The rare series (upstream errors) and the gauges set at scrape time stay
+prometheus_client's own.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import lru_cache
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from gateway.metering.events import UsageEvent
 
@@ -13,38 +24,47 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
 
+class Buckets:
+    """One histogram series: a count per bucket (the last one +Inf) and the sum."""
+
+    __slots__ = ("bounds", "counts", "les", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.les: list[str] = [floatToGoString(b) for b in (*bounds, float("inf"))]  # type: ignore[no-untyped-call]
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value: `le` semantics
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        total, buckets = 0, []
+        for le, count in zip(self.les, self.counts, strict=True):
+            total += count
+            buckets.append((le, float(total)))
+        return buckets
+
+
+class Route:
+    """What the requests of one (model, provider, status) moved."""
+
+    __slots__ = ("cached", "completion", "latency", "prompt", "requests", "ttft")
+
+    def __init__(self, latency: Buckets, ttft: Buckets) -> None:
+        self.requests = self.prompt = self.completion = self.cached = 0
+        self.latency, self.ttft = latency, ttft
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "gateway_requests",
-            "Requests that reached an upstream",
-            ["model", "provider", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "gateway_request_latency_seconds",
-            "End-to-end request latency",
-            ["provider"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.ttft = Histogram(
-            "gateway_upstream_ttft_seconds",
-            "Upstream time to first byte/token",
-            ["provider"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.overhead = Histogram(
-            "gateway_overhead_seconds",
-            "Time spent in the gateway itself, upstream excluded",
-            buckets=_OVERHEAD_BUCKETS,
-            registry=self.registry,
-        )
-        self.tokens = Counter(
-            "gateway_tokens", "Metered tokens", ["model", "provider", "kind"], registry=self.registry
-        )
+        self._routes: dict[tuple[str, str, int], Route] = {}
+        self._latency: dict[str, Buckets] = {}  # by provider
+        self._ttft: dict[str, Buckets] = {}
+        self.overhead = Buckets(_OVERHEAD_BUCKETS)
+        self.registry.register(_HotPathCollector(self))
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
             "Requests that ended in an upstream error",
@@ -58,34 +78,26 @@ class Metrics:
         self.metering_backlog = Gauge(
             "gateway_metering_backlog", "Usage events buffered, not yet written", registry=self.registry
         )
-        self._children = lru_cache(maxsize=4096)(self._label_children)
-
-    def _label_children(self, model: str, provider: str, status: int) -> tuple[object, ...]:
-        return (
-            self.requests.labels(model, provider, str(status)),
-            self.latency.labels(provider),
-            self.tokens.labels(model, provider, "prompt"),
-            self.tokens.labels(model, provider, "completion"),
-            self.tokens.labels(model, provider, "cached"),
-            self.ttft.labels(provider),
-        )
 
     def observe_event(self, event: UsageEvent) -> None:
-        requests, latency, prompt, completion, cached, ttft = self._children(
-            event.model, event.provider, event.status
-        )
-        requests.inc()  # type: ignore[attr-defined]
-        latency.observe(event.latency_ms / 1000)  # type: ignore[attr-defined]
-        if event.prompt_tokens:
-            prompt.inc(event.prompt_tokens)  # type: ignore[attr-defined]
-        if event.completion_tokens:
-            completion.inc(event.completion_tokens)  # type: ignore[attr-defined]
-        if event.cached_tokens:
-            cached.inc(event.cached_tokens)  # type: ignore[attr-defined]
+        route = self._routes.get((event.model, event.provider, event.status))
+        if route is None:
+            route = self._route(event.model, event.provider, event.status)
+        route.requests += 1
+        route.prompt += event.prompt_tokens
+        route.completion += event.completion_tokens
+        route.cached += event.cached_tokens
+        route.latency.observe(event.latency_ms / 1000)
         if event.ttft_ms is not None:
-            ttft.observe(event.ttft_ms / 1000)  # type: ignore[attr-defined]
+            route.ttft.observe(event.ttft_ms / 1000)
         if event.error_code is not None and event.status >= 500:
             self.upstream_errors.labels(event.provider, event.error_code).inc()
+
+    def _route(self, model: str, provider: str, status: int) -> Route:
+        latency = self._latency.setdefault(provider, Buckets(_LATENCY_BUCKETS))
+        ttft = self._ttft.setdefault(provider, Buckets(_LATENCY_BUCKETS))
+        route = self._routes[(model, provider, status)] = Route(latency, ttft)
+        return route
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(seconds)
@@ -94,3 +106,46 @@ class Metrics:
         if gauges is not None:
             gauges()
         return generate_latest(self.registry)
+
+    def families(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "gateway_requests", "Requests that reached an upstream", labels=["model", "provider", "status"]
+        )
+        tokens: dict[tuple[str, str, str], int] = {}  # by model and provider, whatever the status
+        for (model, provider, status), route in list(self._routes.items()):
+            requests.add_metric([model, provider, str(status)], route.requests)
+            for kind, count in (
+                ("prompt", route.prompt),
+                ("completion", route.completion),
+                ("cached", route.cached),
+            ):
+                tokens[(model, provider, kind)] = tokens.get((model, provider, kind), 0) + count
+        yield requests
+        by_kind = CounterMetricFamily(
+            "gateway_tokens", "Metered tokens", labels=["model", "provider", "kind"]
+        )
+        for labels, count in tokens.items():
+            by_kind.add_metric(list(labels), count)
+        yield by_kind
+        yield _histogram("gateway_request_latency_seconds", "End-to-end request latency", self._latency)
+        yield _histogram("gateway_upstream_ttft_seconds", "Upstream time to first byte/token", self._ttft)
+        overhead = HistogramMetricFamily(
+            "gateway_overhead_seconds", "Time spent in the gateway itself, upstream excluded"
+        )
+        overhead.add_metric([], self.overhead.cumulative(), self.overhead.sum)
+        yield overhead
+
+
+def _histogram(name: str, documentation: str, by_provider: dict[str, Buckets]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=["provider"])
+    for provider, buckets in list(by_provider.items()):
+        family.add_metric([provider], buckets.cumulative(), buckets.sum)
+    return family
+
+
+class _HotPathCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.families()
