@@ -6,6 +6,7 @@ touched); responses and stream chunks pass through verbatim, decoded only as far
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,8 +134,23 @@ def _stream_or_body_error(error: _ErrorObject | str) -> UpstreamError:
     return UpstreamError(f"the upstream reported an error: {message or 'no message'}")
 
 
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{(\s*\})?')
+_CACHED_DETAILS = b'"prompt_tokens_details":{"cached_tokens":0}'
+
+
 def _with_cached_tokens(body: bytes) -> bytes:
-    """Re-encode the body with `usage.prompt_tokens_details.cached_tokens` (0) added."""
+    """The body with `usage.prompt_tokens_details.cached_tokens` (0) added.
+
+    Servers that leave it out (vLLM, most OpenAI-compatible ones) send it on every response, so
+    the member is spliced in after `"usage":{` when that opening is the body's only one and no
+    `prompt_tokens_details` is there at all: JSON escapes every quote inside a string, so the bytes
+    `"usage":{` can only open an object under that key. Anything else is decoded and re-encoded."""
+    openings = list(_USAGE_KEY.finditer(body))
+    if len(openings) == 1 and b'"prompt_tokens_details"' not in body:
+        opening = openings[0]
+        if opening.group(1) is not None:  # "usage": {}
+            return body[: opening.start()] + b'"usage":{' + _CACHED_DETAILS + b"}" + body[opening.end() :]
+        return body[: opening.end()] + _CACHED_DETAILS + b"," + body[opening.end() :]
     document: dict[str, Any] = msgspec.json.decode(body)
     usage = document["usage"]
     details = usage.get("prompt_tokens_details")

@@ -282,3 +282,35 @@ def test_other_4xx_is_passed_on_with_the_upstream_details() -> None:
 def test_key_shaped_text_in_upstream_messages_is_redacted() -> None:
     error = ADAPTER.classify_error(400, error_body(f"bad header {SECRET}"), {})
     assert SECRET not in error.message
+
+
+@pytest.mark.parametrize(
+    "usage_json",
+    [
+        b'{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}',
+        b'{ "prompt_tokens" : 9, "completion_tokens": 2, "total_tokens": 11 }',
+        b"{}",
+        b"{ }",
+    ],
+)
+def test_cached_tokens_are_added_to_any_usage_layout(usage_json: bytes) -> None:
+    head = b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
+    head += b'"message":{"role":"assistant","content":"the \\"usage\\":{ key","refusal":null},'
+    head += b'"logprobs":null,"finish_reason":"stop"}],'
+    for separator in (b'"usage":', b'"usage" :\n  '):
+        body = head + separator + usage_json + b"}"
+        expected = {**json.loads(usage_json), "prompt_tokens_details": {"cached_tokens": 0}}
+        document = json.loads(ADAPTER.parse_response(call(BODY), body).body)
+        assert document["usage"] == expected
+        assert document["choices"][0]["message"]["content"] == 'the "usage":{ key'
+
+
+def test_a_second_usage_object_elsewhere_is_left_alone() -> None:
+    document = {
+        **COMPLETION,
+        "choices": [{**COMPLETION["choices"][0], "usage": {"note": 1}}],  # type: ignore[index]
+        "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+    }
+    parsed = json.loads(ADAPTER.parse_response(call(BODY), json.dumps(document).encode()).body)
+    assert parsed["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert parsed["choices"][0]["usage"] == {"note": 1}
