@@ -144,13 +144,15 @@ def _with_cached_tokens(body: bytes) -> bytes:
     Servers that leave it out (vLLM, most OpenAI-compatible ones) send it on every response, so
     the member is spliced in after `"usage":{` when that opening is the body's only one and no
     `prompt_tokens_details` is there at all: JSON escapes every quote inside a string, so the bytes
-    `"usage":{` can only open an object under that key. Anything else is decoded and re-encoded."""
-    openings = list(_USAGE_KEY.finditer(body))
-    if len(openings) == 1 and b'"prompt_tokens_details"' not in body:
-        opening = openings[0]
-        if opening.group(1) is not None:  # "usage": {}
-            return body[: opening.start()] + b'"usage":{' + _CACHED_DETAILS + b"}" + body[opening.end() :]
-        return body[: opening.end()] + _CACHED_DETAILS + b"," + body[opening.end() :]
+    `"usage":{` can only open an object under that key. Anything else is decoded and re-encoded.
+    (The caller found a top-level `usage` object, so `"usage"` is in the body.)"""
+    first = body.find(b'"usage"')
+    if body.find(b'"usage"', first + 1) == -1 and b'"prompt_tokens_details"' not in body:
+        opening = _USAGE_KEY.match(body, first)
+        if opening is not None and opening.group(1) is not None:  # "usage": {}
+            return body[:first] + b'"usage":{' + _CACHED_DETAILS + b"}" + body[opening.end() :]
+        if opening is not None:
+            return body[: opening.end()] + _CACHED_DETAILS + b"," + body[opening.end() :]
     document: dict[str, Any] = msgspec.json.decode(body)
     usage = document["usage"]
     details = usage.get("prompt_tokens_details")
