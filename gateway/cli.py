@@ -82,7 +82,6 @@ def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> 
 
 
 def cmd_metering_writer(args: argparse.Namespace) -> int:
-
     import uvloop
 
     from gateway.logs import configure_logging

@@ -1,7 +1,8 @@
 """The metering writer as a process of its own: `gateway metering-writer`, and `gateway serve`'s child.
 
 With Redis, serving workers only append usage events to the stream; one writer process moves them
-into the database (`GATEWAY_METERING_WRITER=process`, the default with Redis). Decoding a batch and
+into the database (`GATEWAY_METERING_WRITER=process`, what `auto` means for `gateway serve` with
+Redis). Decoding a batch and
 encoding its COPY then never holds up a worker's event loop, and several workers share one writer
 instead of running one each. `external` leaves the writer to be run on its own (`gateway
 metering-writer`, one or several: the stream's consumer group hands each entry to one of them).
