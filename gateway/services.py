@@ -26,7 +26,6 @@ from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
-from gateway.metering.writer_process import usage_writer
 from gateway.metrics import Metrics
 from gateway.proxy.service import ProxyService
 from gateway.redis_batching import PipelineBatcher
@@ -138,7 +137,7 @@ def open_services(settings: Settings) -> Services:
         redis=redis,
         key_cache=KeyCache(sessions, settings.key_cache_ttl_s, redis),
         buffer=buffer,
-        writer=usage_writer(settings, _worker_writes(settings, buffer), sessions),
+        writer=UsageWriter.configured(settings, _worker_writes(settings, buffer), sessions),
         pins=pins,
         health=health,
         executor=executor,

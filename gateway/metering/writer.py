@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.db.models import UsageRecord
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
+from gateway.settings import Settings
 
 # SQLSTATE classes 22 (data exception) and 23 (integrity violation): the same rows would fail again.
 _REFUSED_SQLSTATE_CLASSES = ("22", "23")
@@ -64,6 +65,19 @@ class UsageWriter:
         self._run_task: asyncio.Task[None] | None = None
         self._next_reclaim = 0.0  # monotonic; the first cycle takes over what a dead writer left
         self._writing: asyncio.Future[None] | None = None  # a full batch's write, overlapping the next read
+
+    @classmethod
+    def configured(
+        cls, settings: Settings, buffer: UsageBuffer, sessions: async_sessionmaker[AsyncSession]
+    ) -> UsageWriter:
+        """A writer of `buffer` with the batch size, flush interval and reclaim idle time of `settings`."""
+        return cls(
+            buffer,
+            sessions,
+            batch_size=settings.metering_batch_size,
+            flush_interval_s=settings.metering_flush_interval_s,
+            reclaim_idle_ms=int(settings.metering_reclaim_idle_s * 1000),
+        )
 
     async def run(self) -> None:
         """Write until `stop`: read a batch (waiting up to flush_interval_s), persist it, repeat."""

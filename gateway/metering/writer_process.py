@@ -21,12 +21,11 @@ import sys
 import threading
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.session import create_engine, session_factory
-from gateway.metering.buffer import UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
+from gateway.services import redis_client
 from gateway.settings import Settings
 
 log = structlog.get_logger("gateway.metering")
@@ -36,29 +35,15 @@ RESTART_DELAY_S = 1.0
 PARENT_CHECK_S = 1.0  # where there is no pidfd
 
 
-def usage_writer(
-    settings: Settings, buffer: UsageBuffer, sessions: async_sessionmaker[AsyncSession]
-) -> UsageWriter:
-    return UsageWriter(
-        buffer,
-        sessions,
-        batch_size=settings.metering_batch_size,
-        flush_interval_s=settings.metering_flush_interval_s,
-        reclaim_idle_ms=int(settings.metering_reclaim_idle_s * 1000),
-    )
-
-
 async def run_writer(
     settings: Settings, stop: asyncio.Event | None = None, parent_pid: int | None = None
 ) -> None:
     """Write usage records from the Redis stream until SIGTERM or SIGINT (or `stop`, or the end of
     the process `parent_pid`), then drain what was read."""
-    from gateway.services import redis_client
-
     assert settings.redis_url is not None
     redis, engine = redis_client(settings.redis_url), create_engine(settings.database_url)
     buffer = RedisStreamBuffer(redis, consumer=process_consumer_name())
-    writer = usage_writer(settings, buffer, session_factory(engine))
+    writer = UsageWriter.configured(settings, buffer, session_factory(engine))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

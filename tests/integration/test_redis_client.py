@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -47,42 +48,44 @@ async def test_commands_after_the_server_closed_every_pooled_connection_go_throu
         await admin.aclose()
 
 
-async def test_the_group_commit_reconnects_after_its_connection_was_closed() -> None:
+@pytest.fixture
+async def group_commit() -> AsyncIterator[tuple[PipelineBatcher, Redis]]:
+    """A group commit on the gateway's Redis client, and an admin client to kill its connection."""
     client, admin = redis_client(REDIS_URL), Redis.from_url(REDIS_URL)
-    batcher = PipelineBatcher(client)
     try:
-        await batcher.submit("CLIENT", "SETNAME", NAME)
-        assert await batcher.submit("INCR", f"{NAME}:g") == 1
-        assert await _kill_our_connections(admin) == 1
-        await asyncio.sleep(0.05)
-        # The round trip on the dead connection fails (its usage events go to the spool) ...
-        with pytest.raises(RedisConnectionError):
-            await batcher.submit("INCR", f"{NAME}:g")
-        # ... and the next one is on a new connection.
-        assert await batcher.submit("INCR", f"{NAME}:g") == 2
+        yield PipelineBatcher(client), admin
     finally:
         await admin.delete(f"{NAME}:g")
         await client.aclose()
         await admin.aclose()
 
 
+async def test_the_group_commit_reconnects_after_its_connection_was_closed(
+    group_commit: tuple[PipelineBatcher, Redis],
+) -> None:
+    batcher, admin = group_commit
+    await batcher.submit("CLIENT", "SETNAME", NAME)
+    assert await batcher.submit("INCR", f"{NAME}:g") == 1
+    assert await _kill_our_connections(admin) == 1
+    await asyncio.sleep(0.05)
+    # The round trip on the dead connection fails (its usage events go to the spool) ...
+    with pytest.raises(RedisConnectionError):
+        await batcher.submit("INCR", f"{NAME}:g")
+    # ... and the next one is on a new connection.
+    assert await batcher.submit("INCR", f"{NAME}:g") == 2
+
+
 async def test_a_group_commit_idle_long_enough_reconnects_before_it_writes(
-    monkeypatch: pytest.MonkeyPatch,
+    group_commit: tuple[PipelineBatcher, Redis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Redis restarted while the gateway was idle: the first request after it does not fail."""
     monkeypatch.setattr(redis_batching, "IDLE_RECONNECT_S", 0.05)
-    client, admin = redis_client(REDIS_URL), Redis.from_url(REDIS_URL)
-    batcher = PipelineBatcher(client)
-    try:
-        await batcher.submit("CLIENT", "SETNAME", NAME)
-        assert await _kill_our_connections(admin) == 1
-        await asyncio.sleep(0.1)
+    batcher, admin = group_commit
+    await batcher.submit("CLIENT", "SETNAME", NAME)
+    assert await _kill_our_connections(admin) == 1
+    await asyncio.sleep(0.1)
 
-        assert await batcher.submit("INCR", f"{NAME}:i") == 1
-    finally:
-        await admin.delete(f"{NAME}:i")
-        await client.aclose()
-        await admin.aclose()
+    assert await batcher.submit("INCR", f"{NAME}:g") == 1
 
 
 async def test_a_round_trip_without_an_answer_fails_in_time_and_the_next_one_goes_through(
