@@ -20,9 +20,9 @@ from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
-from gateway.api.openai import ProxyExchange, run_proxy
 from gateway.errors import GatewayError
 from gateway.providers.base import Endpoint
+from gateway.proxy.exchange import ProxyExchange, run_proxy
 
 ENDPOINTS = {
     "/v1/chat/completions": Endpoint.CHAT,

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from gateway.api.openai import RequestIds, new_request_id
+from gateway.proxy.exchange import RequestIds, new_request_id
 
 
 def test_ids_of_one_process_are_distinct_and_fit_the_record_key() -> None:
@@ -17,7 +17,7 @@ def test_ids_of_one_process_are_distinct_and_fit_the_record_key() -> None:
 
 
 def test_separate_processes_draw_separate_prefixes() -> None:
-    code = "from gateway.api.openai import new_request_id; print(new_request_id())"
+    code = "from gateway.proxy.exchange import new_request_id; print(new_request_id())"
     first, second = (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(2)
