@@ -21,42 +21,14 @@ from gateway.providers.base import (
     UpstreamResponse,
 )
 from gateway.providers.cache_hints import apply_openai_hints, hint_mode
+from gateway.providers.openai_wire import ErrorEnvelope, ErrorObject, Metered, Usage
 from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response, classify_status
 from gateway.settings import Provider
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
-class _PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    prompt_tokens_details: _PromptDetails | None = None
-
-
-class _ErrorObject(msgspec.Struct):
-    message: str | None = None
-    type: str | None = None
-    param: str | None = None
-    code: str | int | None = None
-
-
-class _Metered(msgspec.Struct):
-    """The only parts of a response or chunk the gateway reads."""
-
-    usage: _Usage | None = None
-    choices: list[msgspec.Raw] | None = None
-    error: _ErrorObject | str | None = None
-
-
-class _ErrorEnvelope(msgspec.Struct):
-    error: _ErrorObject | str | None = None
-
-
-def token_usage(usage: _Usage) -> TokenUsage:
+def token_usage(usage: Usage) -> TokenUsage:
     details = usage.prompt_tokens_details
     return TokenUsage(
         prompt_tokens=usage.prompt_tokens or 0,
@@ -95,7 +67,7 @@ class OpenAIAdapter:
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:
-            metered = msgspec.json.decode(body, type=_Metered)
+            metered = msgspec.json.decode(body, type=Metered)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("not a JSON object") from None
         if metered.error is not None and metered.choices is None:
@@ -117,7 +89,7 @@ class OpenAIAdapter:
 def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
     """The message/type/param/code of an OpenAI error object; empty when the body is not one."""
     try:
-        envelope = msgspec.json.decode(body, type=_ErrorEnvelope)
+        envelope = msgspec.json.decode(body, type=ErrorEnvelope)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return UpstreamErrorDetail()
     error = envelope.error
@@ -129,7 +101,7 @@ def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
     return UpstreamErrorDetail(message=error.message, type=error.type, param=error.param, code=code)
 
 
-def _stream_or_body_error(error: _ErrorObject | str) -> UpstreamError:
+def _stream_or_body_error(error: ErrorObject | str) -> UpstreamError:
     message = error if isinstance(error, str) else error.message
     return UpstreamError(f"the upstream reported an error: {message or 'no message'}")
 
@@ -191,8 +163,8 @@ def _may_carry_usage(data: bytes) -> bool:
     return b'"usage"' in data and b'"usage":null' not in data and b'"usage": null' not in data
 
 
-def _decode_chunk(data: bytes) -> _Metered:
+def _decode_chunk(data: bytes) -> Metered:
     try:
-        return msgspec.json.decode(data, type=_Metered)
+        return msgspec.json.decode(data, type=Metered)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a JSON object") from None
