@@ -239,11 +239,15 @@ class Reply:
             }
         return self._headers
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        conn = self._conn
-        while (chunk := await conn.next_chunk(self._read_timeout)) is not None:
-            yield chunk
-        self._release()
+    def chunks(self) -> AsyncIterator[bytes]:
+        return _Chunks(self)
+
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of the body as it arrives; None at its end (the connection is released)."""
+        chunk = await self._conn.next_chunk(self._read_timeout)
+        if chunk is None:
+            self._release()
+        return chunk
 
     async def read(self, limit: int) -> bytes:
         """The whole body (`chunks` joined, without an async generator), at most `limit` bytes."""
@@ -270,6 +274,25 @@ class Reply:
     async def aclose(self) -> None:
         """Give the connection back when the body was read whole; otherwise it cannot be reused."""
         self._release()
+
+
+class _Chunks:
+    """`Reply.chunks()`: an async iterator of its own rather than an async generator, which mypyc
+    does not compile."""
+
+    __slots__ = ("_reply",)
+
+    def __init__(self, reply: Reply) -> None:
+        self._reply = reply
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._reply.next_chunk()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
 
 
 class UpstreamPool:

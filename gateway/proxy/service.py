@@ -14,16 +14,17 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import anyio
 import structlog
 
 from gateway.auth.principal import Principal
-from gateway.dispatch.executor import Attempts, Executor, OpenStream
+from gateway.dispatch.executor import Attempts, Executor
+from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import cost_of, uncached_cost_of
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
+from gateway.proxy.relay import relay
 from gateway.proxy.request import ParsedRequest
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
@@ -33,7 +34,6 @@ from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployme
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
-METER_GRACE_S = 5.0  # how long a cancelled stream may take to close upstream and record its usage
 
 
 class UsageSink(Protocol):
@@ -203,27 +203,20 @@ class ProxyService:
             raise
         return stream
 
-    async def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncGenerator[bytes, None]:
+    def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncGenerator[bytes, None]:
         """Relay frames as they come; meter once at the end, however the stream ends."""
-        frames = stream.frames()
-        status, error_code = 200, None
-        try:
-            async for frame in frames:
-                yield frame
-        except GatewayError as exc:
-            status, error_code = exc.status, exc.code
-            log.warning("stream_failed", request_id=ctx.request_id, code=exc.code)
-            yield b"data: " + exc.to_json() + b"\n\n"
-        finally:
-            # A client that walks away cancels this task; the clean-up and the record must still happen.
-            with anyio.move_on_after(METER_GRACE_S, shield=True):
-                await frames.aclose()
-                usage, source = stream.translator.usage, UsageSource.UPSTREAM
-                if usage is None:
-                    usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
-                if not stream.finished and error_code is None:
-                    status, error_code = 499, "client_disconnected"
-                await self._meter(ctx, stream.deployment, status, usage, source, error_code)
+        return relay(self, ctx, stream)
+
+    async def meter_stream(
+        self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None
+    ) -> None:
+        """The usage record of a stream that has ended: upstream counts, or estimated without them."""
+        usage, source = stream.translator.usage, UsageSource.UPSTREAM
+        if usage is None:
+            usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
+        if not stream.finished and error_code is None:
+            status, error_code = 499, "client_disconnected"
+        await self._meter(ctx, stream.deployment, status, usage, source, error_code)
 
     # --- metering ---------------------------------------------------------------------------
 
