@@ -68,6 +68,7 @@ def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> 
     uvicorn.run(
         "gateway.asgi:app_factory",
         factory=True,
+        interface="asgi3",  # said, not guessed: a compiled build's front is no Python coroutine function
         host=args.host or settings.host,
         port=args.port or settings.port,
         workers=workers if workers > 1 else None,
