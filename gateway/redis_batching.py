@@ -46,8 +46,16 @@ class _Queued:
 
 
 class PipelineBatcher:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        round_trip_timeout_s: float = ROUND_TRIP_TIMEOUT_S,
+        idle_reconnect_s: float = IDLE_RECONNECT_S,
+    ) -> None:
         self._pool = redis.connection_pool
+        self._round_trip_timeout_s = round_trip_timeout_s
+        self._idle_reconnect_s = idle_reconnect_s
         self._connection: AbstractConnection | None = None
         self._pending: list[_Queued] = []
         self._merging: dict[Hashable, tuple[list[Any], _Queued]] = {}
@@ -131,7 +139,7 @@ class PipelineBatcher:
         try:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
             connection = await self._ready_connection()
-            async with asyncio.timeout(ROUND_TRIP_TIMEOUT_S):
+            async with asyncio.timeout(self._round_trip_timeout_s):
                 await connection.send_packed_command(pack(commands), check_health=False)
                 for queued in batch:
                     try:
@@ -156,7 +164,7 @@ class PipelineBatcher:
             connection = self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
             connection.socket_timeout = None  # the round trip's timeout covers its writes and reads
             connection.health_check_interval = 0
-        elif now - self._last_round_trip > IDLE_RECONNECT_S:
+        elif now - self._last_round_trip > self._idle_reconnect_s:
             await connection.disconnect()  # the next write connects again
         self._last_round_trip = now
         return connection

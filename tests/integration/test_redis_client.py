@@ -10,7 +10,6 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from gateway import redis_batching
 from gateway.redis_batching import PipelineBatcher
 from gateway.services import redis_client
 
@@ -49,11 +48,12 @@ async def test_commands_after_the_server_closed_every_pooled_connection_go_throu
 
 
 @pytest.fixture
-async def group_commit() -> AsyncIterator[tuple[PipelineBatcher, Redis]]:
-    """A group commit on the gateway's Redis client, and an admin client to kill its connection."""
+async def group_commit(request: pytest.FixtureRequest) -> AsyncIterator[tuple[PipelineBatcher, Redis]]:
+    """A group commit on the gateway's Redis client (with the options of an indirect parameter),
+    and an admin client to kill its connection."""
     client, admin = redis_client(REDIS_URL), Redis.from_url(REDIS_URL)
     try:
-        yield PipelineBatcher(client), admin
+        yield PipelineBatcher(client, **getattr(request, "param", {})), admin
     finally:
         await admin.delete(f"{NAME}:g")
         await client.aclose()
@@ -75,11 +75,11 @@ async def test_the_group_commit_reconnects_after_its_connection_was_closed(
     assert await batcher.submit("INCR", f"{NAME}:g") == 2
 
 
+@pytest.mark.parametrize("group_commit", [{"idle_reconnect_s": 0.05}], indirect=True)
 async def test_a_group_commit_idle_long_enough_reconnects_before_it_writes(
-    group_commit: tuple[PipelineBatcher, Redis], monkeypatch: pytest.MonkeyPatch
+    group_commit: tuple[PipelineBatcher, Redis],
 ) -> None:
     """A Redis restarted while the gateway was idle: the first request after it does not fail."""
-    monkeypatch.setattr(redis_batching, "IDLE_RECONNECT_S", 0.05)
     batcher, admin = group_commit
     await batcher.submit("CLIENT", "SETNAME", NAME)
     assert await _kill_our_connections(admin) == 1
@@ -88,12 +88,9 @@ async def test_a_group_commit_idle_long_enough_reconnects_before_it_writes(
     assert await batcher.submit("INCR", f"{NAME}:g") == 1
 
 
-async def test_a_round_trip_without_an_answer_fails_in_time_and_the_next_one_goes_through(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(redis_batching, "ROUND_TRIP_TIMEOUT_S", 0.2)
+async def test_a_round_trip_without_an_answer_fails_in_time_and_the_next_one_goes_through() -> None:
     client = redis_client(REDIS_URL)
-    batcher = PipelineBatcher(client)
+    batcher = PipelineBatcher(client, round_trip_timeout_s=0.2)
     try:
         with pytest.raises(RedisError, match="in time"):
             await batcher.submit("BLPOP", f"{NAME}:never", 0)  # Redis holds the answer back
