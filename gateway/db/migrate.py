@@ -1,6 +1,8 @@
 """Alembic, configured in code: `upgrade_head` brings a database to the newest schema.
 
-There is no alembic.ini: the script location is the repository's `migrations/` folder. On
+There is no alembic.ini: the script location is the repository's `migrations/` folder, beside the
+`gateway` package in a checkout, or in the working directory where the package is installed (the
+image of docker-compose.yml runs in /app, which holds `migrations/`). On
 PostgreSQL the upgrade runs under an advisory lock, so gateway processes starting together
 migrate one after the other instead of racing to create the same tables.
 """
@@ -23,7 +25,9 @@ MIGRATION_LOCK_KEY = 0x6761_7465_776D_6967
 
 
 def migrations_dir() -> Path:
-    return Path(gateway.__file__).resolve().parents[1] / "migrations"
+    beside_package = Path(gateway.__file__).resolve().parents[1] / "migrations"
+    in_working_dir = Path.cwd() / "migrations"
+    return beside_package if beside_package.is_dir() or not in_working_dir.is_dir() else in_working_dir
 
 
 def alembic_config(database_url: str) -> Config:
