@@ -43,7 +43,7 @@ def _send(client: httpx.Client, headers: dict[str, str], body: bytes, count: int
         response.raise_for_status()
 
 
-def count(requests: int, warmup: int, flavour: str, out: Path) -> int:
+def count(requests: int, warmup: int, flavour: str, out: Path, compiled: Path | None = None) -> int:
     """Instructions the worker executed for `requests` requests (after `warmup` of them)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("callgrind.out.*"):
@@ -55,7 +55,7 @@ def count(requests: int, warmup: int, flavour: str, out: Path) -> int:
         f"--callgrind-out-file={out}/callgrind.out.%p",
     )
     nginx = Nginx(out, free_port())
-    gateway = Gateway(out, nginx.base_url, prefix=valgrind, ready_timeout_s=300.0)
+    gateway = Gateway(out, nginx.base_url, prefix=valgrind, ready_timeout_s=300.0, compiled=compiled)
     nginx.start(None)
     try:
         gateway.start()
@@ -84,12 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--flavour", default="json", help="nginx location: json (default)")
     parser.add_argument("--out", type=Path, default=None, help="keep the callgrind files here")
+    parser.add_argument("--compiled", type=Path, default=None, help="serve a compiled build (build/compiled)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("bench.instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="gateway-instructions-"))
-    total = count(args.requests, args.warmup, args.flavour, out)
+    total = count(args.requests, args.warmup, args.flavour, out, args.compiled)
     print(f"{total / args.requests:,.0f} instructions per request ({args.requests} requests, {total:,} in all); "
           f"callgrind files in {out}")  # fmt: skip
     return 0

@@ -101,6 +101,7 @@ class Gateway:
     cpus: str | None = None
     prefix: tuple[str, ...] = ()  # a command to run the server under (valgrind: bench/instructions.py)
     ready_timeout_s: float = 30.0
+    compiled: Path | None = None  # a compiled build (`make compile`: build/compiled) to serve from
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     team_key: str = ""
@@ -118,14 +119,18 @@ class Gateway:
     def env(self, database_url: str) -> dict[str, str]:
         config = self.workdir / "gateway.yaml"
         config.write_text(catalog(self.upstream))
-        return os.environ | {
-            "GATEWAY_CONFIG": str(config),
-            "GATEWAY_DATABASE_URL": database_url,
-            "GATEWAY_REDIS_URL": REDIS_URL,
-            "GATEWAY_ADMIN_KEY": ADMIN_KEY,
-            "GATEWAY_PORT": str(self.port),
-            "GATEWAY_WORKERS": str(self.workers),
-        }
+        return (
+            os.environ
+            | {
+                "GATEWAY_CONFIG": str(config),
+                "GATEWAY_DATABASE_URL": database_url,
+                "GATEWAY_REDIS_URL": REDIS_URL,
+                "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+                "GATEWAY_PORT": str(self.port),
+                "GATEWAY_WORKERS": str(self.workers),
+            }
+            | ({} if self.compiled is None else {"PYTHONPATH": str(self.compiled)})
+        )
 
     def start(self) -> Gateway:
         """A fresh database, Redis db and team key; then `restart()` keeps them between sections."""

@@ -1,0 +1,114 @@
+"""The compiled build's module list (setup.py's HOT_PATH): compilable, and compiled where expected.
+
+mypyc compiles neither async generators, nor msgspec Structs (their class options), nor Litestar
+handlers (Litestar reads their signatures); a hot-path module that gains one would break only the
+slow compiled build, so this plain check fails first. With GATEWAY_EXPECT_COMPILED=1
+(`make test-compiled`) every listed module must have been imported from its C extension, and
+from its source otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.machinery
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hot_path() -> list[str]:
+    setup = ast.parse((ROOT / "setup.py").read_text())
+    for node in setup.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "HOT_PATH":
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py defines no HOT_PATH")
+
+
+HOT_PATH = _hot_path()
+COMPILED = os.environ.get("GATEWAY_EXPECT_COMPILED") == "1"
+
+
+def _module_name(path: str) -> str:
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def _uncompilable(tree: ast.Module) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncFunctionDef) and any(
+            isinstance(inner, ast.Yield | ast.YieldFrom) for inner in ast.walk(node)
+        ):
+            found.append(f"async generator {node.name}")
+        if isinstance(node, ast.ClassDef) and any("Struct" in ast.unparse(base) for base in node.bases):
+            found.append(f"msgspec Struct {node.name}")
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef):
+            names = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+            if names & {"get", "post", "put", "patch", "delete", "route"}:
+                found.append(f"Litestar handler {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("path", HOT_PATH)
+def test_hot_path_module_is_compilable(path: str) -> None:
+    tree = ast.parse((ROOT / path).read_text())
+    assert _uncompilable(tree) == []
+
+
+def test_no_interpreted_module_subclasses_a_compiled_class() -> None:
+    """A compiled class refuses interpreted subclasses at run time ("interpreted classes cannot
+    inherit from compiled"): the subclass must be on the hot path too."""
+    hot = {_module_name(path) for path in HOT_PATH}
+    subclasses = []
+    for source in sorted((ROOT / "gateway").rglob("*.py")):
+        path = source.relative_to(ROOT).as_posix()
+        if path in HOT_PATH:
+            continue
+        tree = ast.parse(source.read_text())
+        compiled_names = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module in hot
+            for alias in node.names
+        }
+        subclasses += [
+            f"{path}: {node.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and {ast.unparse(b) for b in node.bases} & compiled_names
+        ]
+    assert subclasses == []
+
+
+def test_the_check_finds_what_mypyc_refuses() -> None:
+    source = """
+import msgspec
+from litestar import get
+
+class Usage(msgspec.Struct):
+    tokens: int
+
+async def frames():
+    yield b""
+
+@get("/x")
+async def handler() -> None: ...
+"""
+    assert _uncompilable(ast.parse(source)) == [
+        "msgspec Struct Usage",
+        "async generator frames",
+        "Litestar handler handler",
+    ]
+
+
+@pytest.mark.parametrize("path", HOT_PATH)
+def test_hot_path_module_is_what_the_run_expects(path: str) -> None:
+    """Compiled in `make test-compiled`, the checkout's own source in `make test-pure`."""
+    module = importlib.import_module(_module_name(path))
+    origin = Path(module.__file__ or "")
+    if COMPILED:
+        assert origin.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), origin
+    else:
+        assert origin == ROOT / path
