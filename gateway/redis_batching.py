@@ -111,8 +111,9 @@ class PipelineBatcher:
         try:
             return await reply
         except NoScriptError:
-            await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
-            return await self.merge((script.sha, key), item, command)
+            pass  # loaded after the handler: no await inside one (setup.py, HOT_PATH)
+        await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
+        return await self.merge((script.sha, key), item, command)
 
     def _queue(self, queued: _Queued) -> _Queued:
         self._pending.append(queued)

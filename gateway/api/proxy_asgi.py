@@ -5,14 +5,12 @@ Litestar's per-request machinery (request and response objects, the handler sign
 header containers, the exception middleware) cost about a tenth of the gateway's CPU per request
 (docs/performance.md). This front reads the body itself, runs the same `run_proxy` as the Litestar
 handlers, and writes the ASGI messages; a stream is relayed frame by frame and stopped as soon as
-the client leaves (`_relay`). Every other request goes to Litestar, which keeps
+the client leaves (`gateway.api.sse_relay`). Every other request goes to Litestar, which keeps
 documenting these endpoints in the OpenAPI schema and serving them to in-process clients.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from litestar import Litestar
@@ -20,6 +18,7 @@ from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.sse_relay import relay_sse
 from gateway.errors import GatewayError
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, run_proxy
@@ -30,7 +29,6 @@ ENDPOINTS = {
     "/v1/embeddings": Endpoint.EMBEDDINGS,
 }
 _JSON = (b"content-type", b"application/json")
-_SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 
 
 class BodyTooLarge(Exception):
@@ -58,20 +56,22 @@ class ProxyFront:
             name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
         }
         exchange = ProxyExchange()
+        failed: ErrorReply | None = None
         try:
             raw = await self._body(receive, headers)
             result = await run_proxy(self.app.state.services, exchange, headers, raw, endpoint)
         except GatewayError as exc:
-            reply = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
-            return await _send_reply(send, reply)
+            failed = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
         except BodyTooLarge:
-            return await _send_reply(send, http_error_reply(413, None, exchange.request_id))
+            failed = http_error_reply(413, None, exchange.request_id)
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
-            return await _send_reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]))
+            failed = internal_error_reply(exc, exchange.request_id, scope["path"])
+        if failed is not None:  # sent after the handlers: no await inside one (setup.py, HOT_PATH)
+            return await _send_reply(send, failed)
         if result.frames is not None:
-            await _relay(receive, send, result.headers, result.frames)
+            await relay_sse(receive, send, result.headers, result.frames)
         else:
             await _send(send, 200, result.headers, result.body)
         return None
@@ -93,43 +93,6 @@ class ProxyFront:
             parts.append(chunk)
             if not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-async def _relay(
-    receive: Receive, send: Send, headers: dict[str, str], frames: AsyncGenerator[bytes, None]
-) -> None:
-    """Send an SSE stream frame by frame; stop it as soon as the client leaves.
-
-    A task waits on `receive` for `http.disconnect` and cancels the relay if the client goes
-    before the stream ends; the relay's own clean-up (`ProxyService.relay`) then closes the
-    upstream and meters what was sent. One helper task per stream, where Litestar's streaming
-    response runs an anyio task group (about four times the CPU per stream, docs/performance.md).
-    """
-    encoded = [_SSE] + [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-    await send({"type": "http.response.start", "status": 200, "headers": encoded})
-    relaying = asyncio.current_task()
-    assert relaying is not None
-    watcher = asyncio.ensure_future(_client_leaves(receive))
-    watcher.add_done_callback(lambda w: None if w.cancelled() or w.exception() else relaying.cancel())
-    try:
-        async for frame in frames:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-        watcher.cancel()  # the stream is whole: a disconnect from now on changes nothing
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except asyncio.CancelledError:
-        if watcher.cancelled() or not watcher.done():
-            raise  # cancelled from outside (the server stopping), not by the client leaving
-        relaying.uncancel()  # the client left: the relay has cleaned up and metered; done
-    finally:
-        watcher.cancel()
-        await frames.aclose()  # a failed send leaves the relay suspended: close it, so it meters
-
-
-async def _client_leaves(receive: Receive) -> None:
-    while True:
-        message: Any = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _send_reply(send: Send, reply: ErrorReply) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.bearer import bearer_token
+from gateway.auth.invalidation import listen_for_invalidations
 from gateway.auth.principal import KeyState, Principal
 from gateway.auth.secrets import KEY_SCHEME, hash_secret
 from gateway.db.keys import load_principal
@@ -99,23 +100,9 @@ class KeyCache:
         """Evict the hashes other processes publish; runs until cancelled, reconnecting as needed."""
         if self._redis is None:
             return
-        while True:
-            try:
-                await self._listen(self._redis)
-            except (RedisError, OSError) as exc:
-                self.subscribed.clear()
-                log.warning("key_cache.listener_disconnected", error=type(exc).__name__)
-                await asyncio.sleep(self._reconnect_delay_s)
-
-    async def _listen(self, redis: Redis) -> None:
-        async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-            await pubsub.subscribe(self._channel)
-            self._expire_all()  # invalidations sent while we were not listening are lost
-            self.subscribed.set()
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    data = message["data"]
-                    self.evict(data.decode() if isinstance(data, bytes) else str(data))
+        await listen_for_invalidations(
+            self._redis, self._channel, self._reconnect_delay_s, self.subscribed, self._expire_all, self.evict
+        )
 
     def _admit(self, state: KeyState | None) -> Principal:
         if state is None:

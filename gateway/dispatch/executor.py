@@ -174,15 +174,18 @@ class Executor:
         for attempt in range(1, max_attempts + 1):
             attempts.count += 1
             started = time.perf_counter()
+            failure: UpstreamError | None = None
             try:
                 result = await once()
             except UpstreamError as exc:
+                failure = exc
+            if failure is not None:  # after the handler: no await inside one (setup.py, HOT_PATH)
                 attempts.upstream_s += time.perf_counter() - started
-                attempts.errors.append(exc.code or exc.type)
-                await self._on_failure(deployment, exc)
-                if not exc.retryable or attempt == max_attempts:
-                    raise
-                await asyncio.sleep(self._backoff(attempt, exc))
+                attempts.errors.append(failure.code or failure.type)
+                await self._on_failure(deployment, failure)
+                if not failure.retryable or attempt == max_attempts:
+                    raise failure
+                await asyncio.sleep(self._backoff(attempt, failure))
                 continue
             elapsed = time.perf_counter() - started
             attempts.upstream_s += elapsed
@@ -198,10 +201,14 @@ class Executor:
         self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
     ) -> bytes:
         reply = await self._open(provider, request)
+        failure: BaseException | None = None
         try:
             body = await self._read_capped(reply)
-        finally:
-            await reply.aclose()
+        except BaseException as exc:
+            failure = exc
+        await reply.aclose()  # whatever the read did, after the handler (setup.py, HOT_PATH)
+        if failure is not None:
+            raise failure
         if reply.status >= 400:
             raise adapter.classify_error(reply.status, body, reply.headers)
         return body
@@ -245,10 +252,11 @@ class Executor:
             )
             await stream.read_first_frames()
             return stream
-        except BaseException:
+        except BaseException as exc:
             in_flight.release()
-            await reply.aclose()
-            raise
+            failure = exc
+        await reply.aclose()  # after the handler: no await inside one (setup.py, HOT_PATH)
+        raise failure
 
     async def _on_failure(self, deployment: Deployment, exc: UpstreamError) -> None:
         if exc.retryable:

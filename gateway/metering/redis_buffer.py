@@ -90,11 +90,14 @@ class RedisStreamBuffer:
             return
         try:
             await self._append_to_stream(event)
+            down = False
         except REDIS_DOWN as exc:
             if not self.spooling:
                 self._log.warning("usage_buffer_spooling", stream=self.stream, error=type(exc).__name__)
             self.spooling = True
             self._next_stream_try = time.monotonic() + self.stream_retry_s
+            down = True
+        if down:  # spooled after the handler: no await inside one (setup.py, HOT_PATH)
             await self.spool.append(event)  # MeteringBacklogFull once the spool is full too
             return
         if self.spooling:

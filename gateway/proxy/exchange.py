@@ -78,16 +78,19 @@ async def run_proxy(
     estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
     admission = await services.limiter.admit(principal, estimated)
     ctx = ProxyContext(exchange.request_id, principal, parsed, directives, estimated_tokens=estimated)
+    failure: GatewayError | None = None
     try:
         if parsed.stream:
             stream = await services.proxy.open_stream(ctx)
         else:
             completed = await services.proxy.complete(ctx)
     except GatewayError as exc:
+        exc.headers = admission.headers | exc.headers
+        failure = exc
+    if failure is not None:  # after the handler: no await inside one (setup.py, HOT_PATH)
         if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
             await services.limiter.release(principal, estimated)
-        exc.headers = admission.headers | exc.headers
-        raise
+        raise failure
     overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
     services.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
     if parsed.stream:

@@ -162,10 +162,12 @@ class ProxyService:
             max_attempts = self._retry.max_attempts if bound else 1
             try:
                 result = await attempt(deployment, self._call(ctx, deployment), ctx.attempts, max_attempts)
+                failed = False
             except UpstreamError as exc:
-                last_error = exc
+                last_error, failed = exc, True
                 if not exc.retryable:
                     raise
+            if failed:  # after the handler: no await inside one (setup.py, HOT_PATH)
                 moved = None if pin is None or candidates else await self._replacement(ctx, pin, deployment)
                 if moved is not None:  # at most once per request (ctx.moved)
                     pin, moved_to = moved
@@ -186,21 +188,27 @@ class ProxyService:
         raise last_error
 
     async def complete(self, ctx: ProxyContext) -> Completed:
+        failure: GatewayError | None = None
         try:
             response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
         except GatewayError as exc:
-            await self._meter_failure(ctx, exc)
-            raise
+            failure = exc
+        if failure is not None:  # metered after the handler: no await inside one (setup.py, HOT_PATH)
+            await self._meter_failure(ctx, failure)
+            raise failure
         assert ctx.deployment is not None
         await self._meter(ctx, ctx.deployment, 200, response.usage, UsageSource.UPSTREAM)
         return Completed(ctx.deployment, response)
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
+        failure: GatewayError | None = None
         try:
             stream: OpenStream = await self._dispatch(ctx, self._executor.open_stream)
         except GatewayError as exc:
-            await self._meter_failure(ctx, exc)
-            raise
+            failure = exc
+        if failure is not None:  # metered after the handler: no await inside one (setup.py, HOT_PATH)
+            await self._meter_failure(ctx, failure)
+            raise failure
         return stream
 
     def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncGenerator[bytes, None]:
@@ -275,10 +283,14 @@ class ProxyService:
         else:  # both awaited (the spend counts before the client has its answer), and the settle is
             # queued as it is called: both commands go out in the same Redis round trip
             settled = self._settle(ctx.principal, event, ctx.estimated_tokens)
+            failure: BaseException | None = None
             try:
                 await self._usage.append(event)
-            finally:
-                await settled
+            except BaseException as exc:
+                failure = exc
+            await settled  # whatever the append did, after the handler (setup.py, HOT_PATH)
+            if failure is not None:
+                raise failure
         if self._on_event is not None:
             self._on_event(event)
         log.info(

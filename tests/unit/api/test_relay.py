@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.proxy_asgi import _relay
+from gateway.api.sse_relay import relay_sse
 
 
 class Upstream:
@@ -55,7 +55,7 @@ class Client:
 
 async def test_every_frame_goes_out_then_the_end_of_the_body() -> None:
     upstream, client = Upstream(frames=5), Client()
-    await _relay(client.receive, client.send, {"x-request-id": "req_1"}, upstream.relay())
+    await relay_sse(client.receive, client.send, {"x-request-id": "req_1"}, upstream.relay())
     start, *bodies = client.messages
     assert start["status"] == 200
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
@@ -69,7 +69,7 @@ async def test_a_client_leaving_stops_the_relay_at_once_and_the_clean_up_runs() 
     upstream, client = Upstream(frames=1000, gap_s=0.01), Client(leaves_after_s=0.05)
     task = asyncio.current_task()
     assert task is not None
-    await asyncio.wait_for(_relay(client.receive, client.send, {}, upstream.relay()), timeout=5)
+    await asyncio.wait_for(relay_sse(client.receive, client.send, {}, upstream.relay()), timeout=5)
     assert upstream.cleaned_up
     assert upstream.sent < 50  # stopped within a few frames, not after the 1,000
     assert not client.done.is_set()  # the body was never ended: the client is gone
@@ -79,13 +79,13 @@ async def test_a_client_leaving_stops_the_relay_at_once_and_the_clean_up_runs() 
 async def test_a_failed_send_still_closes_the_relay() -> None:
     upstream, client = Upstream(frames=5), Client(send_fails=True)
     with pytest.raises(OSError, match="connection reset"):
-        await _relay(client.receive, client.send, {}, upstream.relay())
+        await relay_sse(client.receive, client.send, {}, upstream.relay())
     assert upstream.cleaned_up
 
 
 async def test_cancellation_from_outside_propagates_after_the_clean_up() -> None:
     upstream, client = Upstream(frames=1000, gap_s=0.01), Client()
-    relay = asyncio.ensure_future(_relay(client.receive, client.send, {}, upstream.relay()))
+    relay = asyncio.ensure_future(relay_sse(client.receive, client.send, {}, upstream.relay()))
     await asyncio.sleep(0.05)
     relay.cancel()
     with pytest.raises(asyncio.CancelledError):
