@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-compiled compile lint typecheck unit services clean bench
+.PHONY: install run test test-plain test-compiled compile lint typecheck unit services clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,11 @@ run: $(STAMP)
 
 COMPILED := build/compiled
 
-## Install, then lint, type-check and run every test (unit, integration, end-to-end).
-test: $(STAMP)
+## Install, then lint, type-check and run every test (unit, integration, end-to-end), on the plain
+## Python tree and again on the compiled build.
+test: test-plain test-compiled
+
+test-plain: $(STAMP)
 	$(BIN)/ruff check gateway tests migrations bench setup.py
 	$(BIN)/ruff format --check gateway tests migrations bench setup.py
 	$(BIN)/mypy
@@ -36,8 +39,7 @@ compile: $(STAMP)
 	ln -s ../../migrations $(COMPILED)/migrations  # beside the package, as in a checkout
 
 ## Every test again, with the compiled build first on the module path of the tests and of every
-## process they start (PYTHONSAFEPATH: not the checkout's own sources). Experimental: not yet
-## passing, so not part of `make test` (docs/performance.md, "The compiled build").
+## process they start (PYTHONSAFEPATH: not the checkout's own sources).
 test-compiled: compile
 	GATEWAY_EXPECT_COMPILED=1 PYTHONSAFEPATH=1 PYTHONPATH=$(COMPILED) $(BIN)/python -m pytest \
 		-p no:cacheprovider --import-mode=append -o pythonpath="$(COMPILED) ."
@@ -50,8 +52,8 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 ## The benchmark: nginx upstream, gateway + PostgreSQL + Redis, wrk (see docs/performance.md).
-bench: $(STAMP)
-	bench/run $(BENCH_ARGS)
+bench: compile
+	bench/run --compiled $(COMPILED) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.auth.principal import Principal
-from gateway.dispatch.executor import Attempts, Executor
+from gateway.dispatch.executor import Attempts
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
 from gateway.metering.events import UsageEvent, UsageSource
@@ -38,6 +38,18 @@ log = structlog.get_logger("gateway.proxy")
 
 class UsageSink(Protocol):
     async def append(self, event: UsageEvent) -> None: ...
+
+
+class Dispatcher(Protocol):
+    """What the service asks of the executor (`gateway.dispatch.executor.Executor`)."""
+
+    async def send(
+        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+    ) -> UpstreamResponse: ...
+
+    async def open_stream(
+        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+    ) -> OpenStream: ...
 
 
 @dataclass(slots=True)
@@ -68,7 +80,7 @@ class ProxyService:
         table: DeploymentTable,
         pins: PinStore,
         health: HealthBoard,
-        executor: Executor,
+        executor: Dispatcher,
         usage: UsageSink,
         retry: RetrySettings,
         rng: random.Random | None = None,
