@@ -14,8 +14,11 @@ from setuptools import setup
 
 # The modules every proxied request runs through. A module listed here must not define msgspec
 # Structs (mypyc compiles a class's body, not msgspec's metaclass options), async generators or
-# Litestar handlers (Litestar reads their signatures): those stay in modules of their own. A
-# class compiled here cannot be subclassed by an interpreted one (AzureAdapter is compiled too).
+# Litestar handlers (Litestar reads their signatures): those stay in modules of their own. Nor may
+# it await inside an `except` handler or a `finally` block: a compiled coroutine keeps no exception
+# state of its own, so the exception it handles would stay the current one for every other task
+# while it waits. A class compiled here cannot be subclassed by an interpreted one (AzureAdapter is
+# compiled too). tests/unit/test_compiled_build.py checks all of this.
 HOT_PATH = [
     "gateway/api/header_cap.py",
     "gateway/api/proxy_asgi.py",
