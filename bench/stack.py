@@ -129,8 +129,15 @@ class Gateway:
                 "GATEWAY_PORT": str(self.port),
                 "GATEWAY_WORKERS": str(self.workers),
             }
-            | ({} if self.compiled is None else {"PYTHONPATH": str(self.compiled)})
+            | self._compiled_env()
         )
+
+    def _compiled_env(self) -> dict[str, str]:
+        """The compiled build first on the module path of the gateway and of every process it
+        starts; PYTHONSAFEPATH keeps the working directory (the checkout's sources) off it."""
+        if self.compiled is None:
+            return {}
+        return {"PYTHONPATH": str(self.compiled.resolve()), "PYTHONSAFEPATH": "1"}
 
     def start(self) -> Gateway:
         """A fresh database, Redis db and team key; then `restart()` keeps them between sections."""
