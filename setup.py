@@ -28,6 +28,7 @@ HOT_PATH = [
     "gateway/auth/secrets.py",
     "gateway/dispatch/executor.py",
     "gateway/dispatch/http1.py",
+    "gateway/dispatch/http1_connection.py",
     "gateway/dispatch/sse.py",
     "gateway/limits/__init__.py",
     "gateway/limits/headers.py",

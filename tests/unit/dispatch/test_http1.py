@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import uvloop
 
-from gateway.dispatch.http1 import UpstreamPool, target_of
+from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1_connection import target_of
 from gateway.errors import (
     UpstreamError,
     UpstreamMisconfigured,
