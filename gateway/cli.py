@@ -79,7 +79,7 @@ def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> 
         host=args.host or settings.host,
         port=args.port or settings.port,
         workers=workers if workers > 1 else None,
-        loop="uvloop",
+        loop="gateway.event_loop:new_event_loop",  # uvloop, accepting new connections in batches
         http=HttpToolsProtocol,  # uvicorn's, with a response's head and body in one write
         access_log=False,
         log_level="warning",
