@@ -6,7 +6,8 @@ starting 256 workers against a busy gateway) then waited in the kernel's accept 
 a second: in the benchmark, every request slower than 300 ms at 256 connections was the first one
 of a connection (docs/performance.md, "Accepting connections"). asyncio's own loop accepts up to
 the listen backlog at a time; `BatchAcceptLoop.create_server` does the same on uvloop: it listens
-itself, accepts up to `ACCEPT_BATCH` connections each time the listening socket is readable, and
+itself, accepts up to `ACCEPT_BATCH` connections each time the listening socket is readable (a few
+when the socket is shared between workers, `SHARED_ACCEPT_BATCH`), and
 hands each one to uvloop (`connect_accepted_socket`), which serves it like any connection of its
 own. Everything else is uvloop's.
 """
@@ -24,7 +25,11 @@ import uvloop
 
 log = structlog.get_logger("gateway.server")
 
-ACCEPT_BATCH = 128  # connections accepted per readiness of the listening socket
+ACCEPT_BATCH = 128  # connections accepted per readiness of a socket this process listens on alone
+# A socket that uvicorn's supervisor shares between workers: a few at a time, so that a burst
+# spreads over them (the less busy worker's loop comes back sooner and takes more); 128 at a time
+# left one of two workers with 231 of 256 connections.
+SHARED_ACCEPT_BATCH = 8
 ACCEPT_RETRY_S = 1.0  # asyncio's pause when the process is out of file descriptors
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
@@ -58,7 +63,7 @@ class BatchAcceptLoop(uvloop.Loop):
         if sock is None:
             return BatchAcceptServer(self, protocol_factory, await self._listen(host, port, backlog))
         sock.listen(backlog)  # uvicorn's supervisor binds the workers' socket; each one listens
-        return BatchAcceptServer(self, protocol_factory, [sock])
+        return BatchAcceptServer(self, protocol_factory, [sock], batch=SHARED_ACCEPT_BATCH)
 
     async def _listen(self, host: str | None, port: int | None, backlog: int) -> list[socket.socket]:
         """Bound, listening sockets for every address of `host`, as asyncio's `create_server`."""
@@ -88,8 +93,10 @@ class BatchAcceptServer(asyncio.AbstractServer):
         loop: asyncio.AbstractEventLoop,
         protocol_factory: ProtocolFactory,
         listeners: Iterable[socket.socket],
+        batch: int = ACCEPT_BATCH,
     ) -> None:
         self._loop = loop
+        self._batch = batch
         self._protocol_factory = protocol_factory
         self.sockets = list(listeners)
         self._serving = True
@@ -103,7 +110,7 @@ class BatchAcceptServer(asyncio.AbstractServer):
             self._loop.add_reader(listener.fileno(), self._accept, listener)
 
     def _accept(self, listener: socket.socket) -> None:
-        for _ in range(ACCEPT_BATCH):
+        for _ in range(self._batch):
             try:
                 connection, _ = listener.accept()
             except (BlockingIOError, InterruptedError):

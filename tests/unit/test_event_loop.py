@@ -12,7 +12,7 @@ import pytest
 import uvloop
 
 from gateway import event_loop
-from gateway.event_loop import ACCEPT_BATCH, BatchAcceptServer, new_event_loop
+from gateway.event_loop import ACCEPT_BATCH, SHARED_ACCEPT_BATCH, BatchAcceptServer, new_event_loop
 
 BURST = 300
 
@@ -46,11 +46,17 @@ def connect_burst(port: int, count: int) -> list[socket.socket]:
     return clients
 
 
-async def iterations_to_accept(count: int) -> int:
-    """Loop iterations a busy loop takes to accept `count` connections opened at once."""
+async def iterations_to_accept(count: int, shared: bool = False) -> int:
+    """Loop iterations a busy loop takes to accept `count` connections opened at once; `shared`:
+    on a socket bound by uvicorn's supervisor for its workers."""
     Echo.made = 0
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(Echo, "127.0.0.1", 0, backlog=2048)
+    if shared:
+        bound = socket.socket()
+        bound.bind(("127.0.0.1", 0))
+        server = await loop.create_server(Echo, sock=bound, backlog=2048)
+    else:
+        server = await loop.create_server(Echo, "127.0.0.1", 0, backlog=2048)
     port = server.sockets[0].getsockname()[1]
     clients = connect_burst(port, count)
     iterations = 0
@@ -71,6 +77,13 @@ def test_a_burst_of_connections_is_accepted_in_a_few_loop_iterations() -> None:
     # ACCEPT_BATCH per readiness, then a hand-over task and connection_made for each
     assert Echo.made == BURST
     assert iterations <= BURST // ACCEPT_BATCH + 6
+
+
+def test_a_socket_shared_by_workers_is_accepted_a_few_at_a_time() -> None:
+    """So that a burst spreads over the workers instead of going to the first one awake."""
+    iterations = run(lambda: iterations_to_accept(BURST, shared=True), new_event_loop)
+    assert Echo.made == BURST
+    assert BURST // SHARED_ACCEPT_BATCH <= iterations <= BURST // 2
 
 
 def test_plain_uvloop_takes_an_iteration_per_connection() -> None:
