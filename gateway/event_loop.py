@@ -69,15 +69,9 @@ class BatchAcceptLoop(uvloop.Loop):
         """Bound, listening sockets for every address of `host`, as asyncio's `create_server`."""
         infos = await self.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         listeners: list[socket.socket] = []
-        try:
-            for family, kind, proto, _, address in dict.fromkeys(infos):
-                listener = socket.socket(family, kind, proto)
-                listeners.append(listener)
-                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                listener.bind(address)
-                listener.listen(backlog)
+        try:  # socket.create_server: SO_REUSEADDR, and IPv6 sockets bound to IPv6 only
+            for family, _, _, _, address in dict.fromkeys(infos):
+                listeners.append(socket.create_server(address, family=family, backlog=backlog))
         except OSError:
             for listener in listeners:
                 listener.close()
