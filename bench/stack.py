@@ -92,6 +92,16 @@ def server_command(server: str, port: int, workers: int) -> list[str]:
     ]  # fmt: skip
 
 
+def listening_sockets(port: int) -> int:
+    """TCP sockets listening on `port`, from the kernel's tables (what `ss -ltn` shows)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            count += fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port
+    return count
+
+
 @dataclass
 class Gateway:
     workdir: Path
@@ -189,12 +199,20 @@ class Gateway:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the gateway exited; see {self.workdir}/gateway-{self.server}.log")
             try:
-                if httpx.get(self.base_url + "/healthz", timeout=0.5).status_code == 200:
-                    return
+                healthy = httpx.get(self.base_url + "/healthz", timeout=0.5).status_code == 200
             except httpx.HTTPError:
-                pass
+                healthy = False
+            if healthy and self._all_workers_listening():
+                return
             time.sleep(0.1)
         raise RuntimeError("the gateway did not start")
+
+    def _all_workers_listening(self) -> bool:
+        """The first worker answers /healthz before the others listen: a run started then would
+        give it every connection (each uvicorn worker listens on a socket of its own, gateway.serving)."""
+        if self.server != "uvicorn" or self.workers == 1:
+            return True
+        return listening_sockets(self.port) >= self.workers
 
     def _create_team_key(self) -> str:
         with httpx.Client(base_url=self.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"}) as admin:

@@ -68,25 +68,9 @@ def _start_writer_process(settings: Settings) -> WriterProcess | None:
 
 
 def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> None:
-    import uvicorn
+    from gateway import serving
 
-    from gateway.http_server import HttpToolsProtocol
-
-    uvicorn.run(
-        "gateway.asgi:app_factory",
-        factory=True,
-        interface="asgi3",  # said, not guessed: a compiled build's front is no Python coroutine function
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        workers=workers if workers > 1 else None,
-        loop="gateway.event_loop:new_event_loop",  # uvloop, accepting new connections in batches
-        http=HttpToolsProtocol,  # uvicorn's, with a response's head and body in one write
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=30,
-        server_header=False,
-        proxy_headers=False,  # the gateway never reads the client address; skip the rewrite per request
-    )
+    serving.run(args.host or settings.host, args.port or settings.port, workers)
 
 
 def cmd_metering_writer(args: argparse.Namespace) -> int:

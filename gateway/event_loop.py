@@ -62,7 +62,11 @@ class BatchAcceptLoop(uvloop.Loop):
             return server
         if sock is None:
             return BatchAcceptServer(self, protocol_factory, await self._listen(host, port, backlog))
-        sock.listen(backlog)  # uvicorn's supervisor binds the workers' socket; each one listens
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
+            # The supervisor bound the address for its workers to share (gateway.serving): this
+            # worker listens on a socket of its own, and the kernel spreads connections over them.
+            return BatchAcceptServer(self, protocol_factory, [_own_listener(sock, backlog)])
+        sock.listen(backlog)  # a socket bound for several workers to accept from, each a few at a time
         return BatchAcceptServer(self, protocol_factory, [sock], batch=SHARED_ACCEPT_BATCH)
 
     async def _listen(self, host: str | None, port: int | None, backlog: int) -> list[socket.socket]:
@@ -77,6 +81,23 @@ class BatchAcceptLoop(uvloop.Loop):
                 listener.close()
             raise
         return listeners
+
+
+def _own_listener(shared: socket.socket, backlog: int) -> socket.socket:
+    """A listening socket on the address `shared` is bound to, with the same options."""
+    listener = socket.socket(shared.family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if shared.family == socket.AF_INET6:
+            v6only = shared.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+        listener.bind(shared.getsockname())
+        listener.listen(backlog)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 class BatchAcceptServer(asyncio.AbstractServer):

@@ -138,6 +138,81 @@ def test_a_socket_bound_by_uvicorns_supervisor_is_listened_on() -> None:
     assert run(scenario, new_event_loop) == b"ping"
 
 
+def reuse_port_socket(
+    family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1"
+) -> socket.socket:
+    """What `gateway.serving.WorkersConfig` binds in the supervisor: the address, SO_REUSEPORT on."""
+    bound = socket.socket(family)
+    bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        bound.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # not Linux's default
+    bound.bind((host, 0))
+    return bound
+
+
+def test_workers_on_a_reuse_port_address_each_listen_on_a_socket_of_their_own() -> None:
+    bound = reuse_port_socket()
+    port = bound.getsockname()[1]
+    accepted = {"first": 0, "second": 0}
+
+    def counting(worker: str) -> Callable[[], asyncio.Protocol]:
+        def factory() -> asyncio.Protocol:
+            accepted[worker] += 1
+            return Echo()
+
+        return factory
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        first = await loop.create_server(counting("first"), sock=bound, backlog=256)
+        second = await loop.create_server(counting("second"), sock=bound, backlog=256)
+        listeners = [*first.sockets, *second.sockets]
+        assert bound not in listeners
+        assert {s.getsockname()[1] for s in listeners} == {port}
+        clients = connect_burst(port, 200)
+        for _ in range(2000):
+            if sum(accepted.values()) == 200:
+                break
+            await asyncio.sleep(0.001)
+        for client in clients:
+            client.close()
+        for server in (first, second):
+            server.close()
+            await server.wait_closed()
+
+    run(scenario, new_event_loop)
+    # spread by a hash of each connection's addresses: ~100 each, and 40 is far in the tail
+    assert sum(accepted.values()) == 200
+    assert min(accepted.values()) >= 40
+    with pytest.raises(OSError, match="Invalid argument"):
+        bound.accept()  # the supervisor's socket is never listened on: it takes no connections
+    bound.close()
+
+
+def test_a_worker_socket_keeps_the_ipv6_only_option_of_the_supervisors() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this kernel")
+    bound = reuse_port_socket(socket.AF_INET6, "::")  # all addresses, IPv6 only
+    port = bound.getsockname()[1]
+
+    async def scenario() -> int:
+        server = await asyncio.get_running_loop().create_server(Echo, sock=bound, backlog=16)
+        reader, writer = await asyncio.open_connection("::1", port)
+        writer.write(b"ping")
+        assert await reader.readexactly(4) == b"ping"
+        writer.close()
+        with pytest.raises(ConnectionRefusedError):  # an IPv4 client finds nobody listening
+            await asyncio.open_connection("127.0.0.1", port)
+        v6only = server.sockets[0].getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+        server.close()
+        await server.wait_closed()
+        return int(v6only)
+
+    assert run(scenario, new_event_loop) == 1
+    bound.close()
+
+
 def test_a_closed_server_refuses_connections() -> None:
     async def scenario() -> None:
         server = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
