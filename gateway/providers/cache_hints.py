@@ -7,6 +7,7 @@ or passed through, per the provider's `cache_hints` setting.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -57,9 +58,14 @@ def hint_mode(provider: Provider, base_url: str) -> HintMode:
     """The provider's `cache_hints` setting, with "auto" resolved (OpenAI and Azure get "openai")."""
     if provider.cache_hints in ("openai", "strip", "pass"):
         return provider.cache_hints  # type: ignore[return-value]
-    if provider.kind is ProviderKind.AZURE or urlsplit(base_url).hostname == "api.openai.com":
+    if provider.kind is ProviderKind.AZURE or _is_openai_api(base_url):
         return "openai"
     return "strip"
+
+
+@functools.cache  # a handful of base URLs, from the catalog; parsing one took ~8,000 instructions
+def _is_openai_api(base_url: str) -> bool:
+    return urlsplit(base_url).hostname == "api.openai.com"
 
 
 def apply_openai_hints(body: dict[str, Any], mode: HintMode, cache_key: str | None) -> dict[str, Any]:
