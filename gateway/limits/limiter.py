@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
@@ -19,11 +18,12 @@ from gateway.limits.headers import rate_limit_headers, rate_limited
 from gateway.limits.spend import MonthSpend, budget_refusal, from_units, month_of, spend_key, to_units
 from gateway.limits.windows import Scope, Window, corrected_tat, cost_in, weigh, windows_for
 from gateway.metering.events import UsageEvent
+from gateway.records import record
 
 Clock = Callable[[], float]  # wall-clock unix seconds
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Admission:
     """A request let in: the tokens reserved for it and the x-ratelimit-* headers to answer with."""
 

@@ -18,6 +18,7 @@ from gateway.limits import estimate_tokens, requested_max_tokens
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext
+from gateway.records import record
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.services import Services
@@ -61,7 +62,7 @@ class ProxyExchange:
     principal: Principal | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProxyResult:
     headers: dict[str, str]
     body: bytes = b""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Endpoint
+from gateway.records import record
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
 _TYPED: dict[Endpoint, type[msgspec.Struct]] = {
@@ -21,7 +21,7 @@ _DECODER = msgspec.json.Decoder(dict[str, Any])
 _AT_PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ParsedRequest:
     endpoint: Endpoint
     body: dict[str, Any]  # the client's body minus the `gateway` object

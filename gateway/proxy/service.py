@@ -26,6 +26,7 @@ from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.relay import relay
 from gateway.proxy.request import ParsedRequest
+from gateway.records import record
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
@@ -68,7 +69,7 @@ class ProxyContext:
     moved: bool = False  # this request has followed its batch's pin to a new deployment
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Completed:
     deployment: Deployment
     response: UpstreamResponse

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from gateway.errors import DirectiveConflict, InvalidRequest
+from gateway.records import record
 
 BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CACHE_KEY_MAX = 256
@@ -20,7 +20,7 @@ class Fallback(str, Enum):
     NEVER = "never"  # retry on the same deployment only
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Directives:
     batch: str | None = None
     region: str | None = None

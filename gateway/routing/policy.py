@@ -9,15 +9,15 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
+from gateway.records import record
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RoutePlan:
     """Deployments to try, in order. `pinned`: never leave deployments[0] (batch or fallback=never)."""
 
