@@ -20,6 +20,7 @@ from gateway.auth.principal import Principal
 from gateway.dispatch.executor import Attempts
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
+from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import cost_of, uncached_cost_of
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
@@ -306,21 +307,22 @@ class ProxyService:
                 raise failure
         if self._on_event is not None:
             self._on_event(event)
-        log.info(
-            "request",
-            request_id=event.request_id,
-            key=ctx.principal.key_prefix,
-            team=event.team_id,
-            model=event.model,
-            provider=event.provider,
-            region=event.region,
-            batch=event.batch_id,
-            endpoint=event.endpoint,
-            stream=ctx.parsed.stream,
-            status=status,
-            attempts=ctx.attempts.count,
-            prompt_tokens=event.prompt_tokens,
-            completion_tokens=event.completion_tokens,
-            latency_ms=event.latency_ms,
-            error=error_code,
+        log_request(
+            {
+                "request_id": event.request_id,
+                "key": ctx.principal.key_prefix,
+                "team": event.team_id,
+                "model": event.model,
+                "provider": event.provider,
+                "region": event.region,
+                "batch": event.batch_id,
+                "endpoint": event.endpoint,
+                "stream": ctx.parsed.stream,
+                "status": status,
+                "attempts": ctx.attempts.count,
+                "prompt_tokens": event.prompt_tokens,
+                "completion_tokens": event.completion_tokens,
+                "latency_ms": event.latency_ms,
+                "error": error_code,
+            }
         )

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import re
 from datetime import UTC, datetime
 
 import msgspec
 import pytest
 import structlog
+from structlog.testing import capture_logs
 
-from gateway.logs import IsoStamper, LineWriter, configure_logging
+from gateway.logs import IsoStamper, LineWriter, configure_logging, log_request
 
 
 class CountingStream(io.BytesIO):
@@ -90,3 +92,48 @@ async def test_configuring_again_keeps_one_writer_per_stream(monkeypatch: pytest
     events = [msgspec.json.decode(line)["event"] for line in buffer.getvalue().splitlines()]
     assert events == ["one", "two", "three"]
     assert buffer.writes == 1
+
+
+FIELDS = {
+    "request_id": "req_1",
+    "key": "sk-gw-abc",
+    "model": "chat",
+    "stream": False,
+    "status": 200,
+    "error": None,
+}
+
+
+async def test_the_request_line_is_the_line_structlog_would_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.TextIOWrapper(CountingStream())
+    monkeypatch.setattr("sys.stdout", stream)
+    configure_logging("json")
+    log_request(dict(FIELDS))
+    structlog.get_logger("gateway.proxy").info("request", **FIELDS)
+    await asyncio.sleep(0)
+    buffer = stream.buffer
+    assert isinstance(buffer, CountingStream)
+    fast, chain = buffer.getvalue().splitlines()
+    stamp = re.compile(rb'"timestamp":"[^"]+"')
+    assert stamp.sub(b"", fast) == stamp.sub(b"", chain)  # the same keys, values and order
+    assert list(msgspec.json.decode(fast)) == [*FIELDS, "event", "level", "timestamp"]
+
+
+async def test_the_request_line_follows_the_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.TextIOWrapper(CountingStream())
+    monkeypatch.setattr("sys.stdout", stream)
+    configure_logging("json", level=logging.WARNING)
+    log_request(dict(FIELDS))
+    await asyncio.sleep(0)
+    assert stream.buffer.getvalue() == b""  # type: ignore[attr-defined]
+    configure_logging("json")
+
+
+def test_with_the_console_format_the_request_line_goes_through_structlog() -> None:
+    configure_logging("console")
+    try:
+        with capture_logs() as logs:
+            log_request(dict(FIELDS))
+    finally:
+        configure_logging("json")
+    assert logs == [{**FIELDS, "event": "request", "log_level": "info"}]
