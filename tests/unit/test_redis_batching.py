@@ -171,6 +171,9 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
         ("INCRBYFLOAT", "spend:t\u00e9am", 0.000125, -3, 12345678901234567890),
         ("SET", bytearray(b"k"), memoryview(b"v")),
         ("PING",),
+        ("MSET", *(f"k{i}" for i in range(70))),  # past the prefixes formatted in advance
+        ("SET", "k", b"v" * 1023),
+        ("SET", "k", b"v" * 1024),
     ]
     expected = b"".join(bytes(chunk) for chunk in Connection().pack_commands(commands))
     assert pack(commands) == expected
