@@ -1,6 +1,6 @@
 """Instructions per request in the serving worker, counted by valgrind's callgrind.
 
-    .venv/bin/python -m bench.instructions [--requests 400] [--flavour json] [--out DIR]
+    .venv/bin/python -m bench.instructions [--requests 400] [--flavour json|sse] [--out DIR]
 
 CPU time on a shared machine varies by 10-20% from run to run; the number of instructions the
 worker executes for the same requests varies by well under 1%, so it tells whether a change to the
@@ -10,7 +10,8 @@ TCP work are not in it (those are in `bench/run`'s CPU figures).
 It starts nginx and one `gateway serve` (one uvicorn worker, PostgreSQL, Redis, the metering
 writer process) as `bench/run` does, with the worker under `valgrind --tool=callgrind` and
 counting switched off; sends warm-up requests, switches counting on for `--requests` sequential
-non-streaming requests (team key, batch pin, metering), and prints the instructions per request.
+non-streaming requests (or streams, `--flavour sse`; team key, batch pin, metering), and prints the
+instructions per request.
 The callgrind file stays in `--out` for `callgrind_annotate`.
 """
 
@@ -64,7 +65,7 @@ def count(requests: int, warmup: int, flavour: str, out: Path, compiled: Path | 
             "x-gateway-batch": f"instructions-{flavour}",
             "content-type": "application/json",
         }
-        body = chat_body(f"bench-{flavour}", False)
+        body = chat_body(f"bench-{flavour}", flavour == "sse")  # sse: a whole stream, usage included
         with httpx.Client(base_url=gateway.base_url, timeout=60) as client:
             _send(client, headers, body, warmup)
             _callgrind_control("--instr=on", str(gateway.pid))
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.instructions", description=__doc__)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--flavour", default="json", help="nginx location: json (default)")
+    parser.add_argument("--flavour", default="json", choices=("json", "sse"), help="json (default), or sse: streams")
     parser.add_argument("--out", type=Path, default=None, help="keep the callgrind files here")
     parser.add_argument("--compiled", type=Path, default=None, help="serve a compiled build (build/compiled)")
     args = parser.parse_args(argv)
