@@ -35,6 +35,8 @@ class SSEDecoder:
 
 
 def _data_of(event: bytes) -> bytes | None:
+    if event.startswith(b"data: ") and b"\n" not in event:  # one line of data: nearly every event
+        return event[6:]
     lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
     if not lines:
         return None

@@ -141,7 +141,7 @@ class OpenAIStreamTranslator:
         self._done = False
 
     def feed(self, data: bytes) -> list[bytes]:
-        if data.strip() == b"[DONE]":
+        if len(data) < 16 and data.strip() == b"[DONE]":  # a chunk is a JSON object, longer than that
             self._done = True
             return [DONE_FRAME]
         if _may_carry_usage(data) or b'"error"' in data:
@@ -159,8 +159,14 @@ class OpenAIStreamTranslator:
 
 
 def _may_carry_usage(data: bytes) -> bool:
-    # With include_usage OpenAI puts `"usage":null` on every chunk; only a real one needs decoding.
-    return b'"usage"' in data and b'"usage":null' not in data and b'"usage": null' not in data
+    """With include_usage OpenAI puts `"usage":null` on every chunk; only a real one needs decoding.
+    JSON escapes the quotes inside strings, so the bytes `"usage"` are a key, or a whole string
+    value (a delta of just that word): then the chunk is decoded, which is always safe."""
+    at = data.find(b'"usage"')
+    if at < 0:
+        return False
+    after = data[at + 7 : at + 14]
+    return not (after.startswith(b":null") or after.startswith(b": null"))
 
 
 def _decode_chunk(data: bytes) -> Metered:

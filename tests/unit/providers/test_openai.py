@@ -208,6 +208,23 @@ def test_stream_null_usage_chunks_pass_and_done_is_added_when_missing() -> None:
     assert translator.finish() == [b"data: [DONE]\n\n"]
 
 
+def test_stream_chunks_with_null_usage_are_not_decoded() -> None:
+    """The fast path: a chunk whose usage is null is relayed as it came, never parsed."""
+    translator = ADAPTER.stream_translator(call({**BODY, "stream": True}))
+    for data in (b'{"choices":[],"usage":null,"x":', b'{"choices":[],"usage": null,"x":'):
+        assert translator.feed(data) == [b"data: " + data + b"\n\n"]
+    assert translator.usage is None
+
+
+def test_a_delta_of_just_the_word_usage_does_not_hide_the_counts() -> None:
+    translator = ADAPTER.stream_translator(call({**BODY, "stream": True}))
+    data = (
+        chunk("usage")[:-1] + b', "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}'
+    )
+    assert translator.feed(data) == [b"data: " + data + b"\n\n"]
+    assert translator.usage == TokenUsage(prompt_tokens=5, completion_tokens=1)
+
+
 def test_stream_error_payload_raises() -> None:
     translator = ADAPTER.stream_translator(call({**BODY, "stream": True}))
     with pytest.raises(UpstreamError, match="context length"):
