@@ -1,8 +1,8 @@
 """How `gateway serve` runs uvicorn: one worker, or several with a listening socket each.
 
 uvicorn's supervisor binds one socket and its workers all accept from it. Whichever worker's loop
-comes back first takes the next connections, so a busy worker is not spared, and a burst can land
-mostly on one: two workers split the 256 connections of the benchmark 81/175
+comes back first takes the next connections, so the split follows the loops' timing, and a burst
+can land mostly on one: two workers once split the 256 connections of the benchmark 81/175
 (docs/performance.md). Here the supervisor binds the address with SO_REUSEPORT and never listens
 on it; each worker opens a socket of its own on the same address (`gateway.event_loop`), and the
 kernel spreads new connections over the workers' sockets by a hash of their addresses, as nginx's
