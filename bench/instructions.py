@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.instructions", description=__doc__)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--flavour", default="json", choices=("json", "sse"), help="json (default), or sse: streams")
+    parser.add_argument(
+        "--flavour", default="json", choices=("json", "sse"), help="json (default), or sse: streams"
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep the callgrind files here")
     parser.add_argument("--compiled", type=Path, default=None, help="serve a compiled build (build/compiled)")
     args = parser.parse_args(argv)
