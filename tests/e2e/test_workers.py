@@ -74,7 +74,7 @@ def workers(gateway: GatewayProcess) -> dict[int, set[str]]:
 
 def wait_for_workers(gateway: GatewayProcess, count: int, timeout_s: float = 30.0) -> dict[int, set[str]]:
     deadline = time.monotonic() + timeout_s
-    while (found := workers(gateway)) and len(found) != count and time.monotonic() < deadline:
+    while len(found := workers(gateway)) != count and time.monotonic() < deadline:
         time.sleep(0.1)
     return found
 
