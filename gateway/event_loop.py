@@ -84,20 +84,13 @@ class BatchAcceptLoop(uvloop.Loop):
 
 
 def _own_listener(shared: socket.socket, backlog: int) -> socket.socket:
-    """A listening socket on the address `shared` is bound to, with the same options."""
-    listener = socket.socket(shared.family, socket.SOCK_STREAM)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if shared.family == socket.AF_INET6:
-            v6only = shared.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
-            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
-        listener.bind(shared.getsockname())
-        listener.listen(backlog)
-    except OSError:
-        listener.close()
-        raise
-    return listener
+    """A listening socket on the address `shared` is bound to, IPv6-only if that one is."""
+    dualstack = shared.family == socket.AF_INET6 and not shared.getsockopt(
+        socket.IPPROTO_IPV6, socket.IPV6_V6ONLY
+    )
+    return socket.create_server(
+        shared.getsockname(), family=shared.family, backlog=backlog, reuse_port=True, dualstack_ipv6=dualstack
+    )
 
 
 class BatchAcceptServer(asyncio.AbstractServer):
