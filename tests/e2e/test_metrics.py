@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,6 +29,22 @@ def moved(before: Series, after: Series, name: str, **labels: str) -> float:
     return after.get(key, 0.0) - before.get(key, 0.0)
 
 
+def scrape_once_counted(stack: Stack, before: Series, requests: int, **labels: str) -> Series:
+    """The series once `requests` more requests are counted, or as they are after 5 s.
+
+    A stream is counted when the gateway sees its upstream end, which can be just after the
+    client has read `data: [DONE]`."""
+    deadline = time.monotonic() + 5
+    while True:
+        after = scrape(stack)
+        if (
+            moved(before, after, "gateway_requests_total", **labels) >= requests
+            or time.monotonic() > deadline
+        ):
+            return after
+        time.sleep(0.05)
+
+
 def test_requests_tokens_latency_and_overhead_count_every_request(stack: Stack, fresh_upstream) -> None:
     team = stack.new_team("metrics-traffic")
     client = stack.client(team.key)
@@ -44,13 +62,13 @@ def test_requests_tokens_latency_and_overhead_count_every_request(stack: Stack, 
             stream_options={"include_usage": True},
         )
     )
-    after = scrape(stack)
+    route = {"model": "chat", "provider": "up-openai"}
+    after = scrape_once_counted(stack, before, 4, **route, status="200")
 
     usages = [c.usage for c in completions] + [chunks[-1].usage]
     assert all(u is not None for u in usages)
     prompt = sum(u.prompt_tokens for u in usages if u is not None)
     completion = sum(u.completion_tokens for u in usages if u is not None)
-    route = {"model": "chat", "provider": "up-openai"}
     assert moved(before, after, "gateway_requests_total", **route, status="200") == 4
     assert moved(before, after, "gateway_tokens_total", **route, kind="prompt") == prompt
     assert moved(before, after, "gateway_tokens_total", **route, kind="completion") == completion
