@@ -22,6 +22,7 @@ from setuptools import setup
 HOT_PATH = [
     "gateway/api/header_cap.py",
     "gateway/api/proxy_asgi.py",
+    "gateway/api/direct_writes.py",
     "gateway/auth/bearer.py",
     "gateway/auth/key_cache.py",
     "gateway/auth/principal.py",

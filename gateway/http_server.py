@@ -16,6 +16,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHttpToolsProtocol
 
+from gateway.api.direct_writes import DIRECT_WRITES
+
 
 class CoalescingTransport(asyncio.Transport):
     """A socket transport that sends a response head with the write after it: the one transport
@@ -40,6 +42,14 @@ class CoalescingTransport(asyncio.Transport):
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
+
+    def write_now(self, data: bytes) -> None:
+        """Write at once, after anything held: a whole response (`gateway.api.direct_writes`)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            data = held + data
+        self._transport.write(data)
 
     def flush(self) -> None:
         held, self._held = self._held, None
@@ -93,7 +103,16 @@ class CoalescingTransport(asyncio.Transport):
 
 
 class HttpToolsProtocol(UvicornHttpToolsProtocol):
-    """uvicorn's protocol on a `CoalescingTransport` (`uvicorn.run(..., http=HttpToolsProtocol)`)."""
+    """uvicorn's protocol on a `CoalescingTransport` (`uvicorn.run(..., http=HttpToolsProtocol)`),
+    offering each request's cycle to `gateway.api.direct_writes` in the scope's extensions."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # Not when uvicorn writes an access log (its `send` does). The task that runs the app
+        # starts in a later loop iteration, so it sees the extension.
+        if cycle is not None and cycle.scope is self.scope and not self.access_log:
+            self.scope["extensions"] = {DIRECT_WRITES: cycle}  # type: ignore[dict-item]

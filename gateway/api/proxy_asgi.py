@@ -17,6 +17,7 @@ from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
+from gateway.api.direct_writes import DIRECT_WRITES, send_whole
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
 from gateway.api.sse_relay import relay_sse
 from gateway.errors import GatewayError
@@ -69,11 +70,11 @@ class ProxyFront:
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
             failed = internal_error_reply(exc, exchange.request_id, scope["path"])
         if failed is not None:  # sent after the handlers: no await inside one (setup.py, HOT_PATH)
-            return await _send_reply(send, failed)
+            return await _send(scope, send, failed.status, failed.headers, failed.body)
         if result.frames is not None:
-            await relay_sse(receive, send, result.headers, result.frames)
+            await relay_sse(receive, send, result.headers, result.frames, _direct(scope))
         else:
-            await _send(send, 200, result.headers, result.body)
+            await _send(scope, send, 200, result.headers, result.body)
         return None
 
     async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
@@ -95,12 +96,19 @@ class ProxyFront:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-async def _send_reply(send: Send, reply: ErrorReply) -> None:
-    await _send(send, reply.status, reply.headers, reply.body)
+def _direct(scope: Scope) -> Any:
+    """uvicorn's cycle for this request, when `gateway serve` offers it (gateway.api.direct_writes)."""
+    extensions: Any = scope.get("extensions")  # Any: the cycle is no dict, whatever the ASGI types say
+    return extensions.get(DIRECT_WRITES) if extensions is not None else None
 
 
-async def _send(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
-    encoded = [_JSON, (b"content-length", b"%d" % len(body))]
+async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+    encoded = [_JSON]
     encoded += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    cycle = _direct(scope)
+    if cycle is not None:  # `gateway serve`: one write, past uvicorn's send (gateway.api.direct_writes)
+        return send_whole(cycle, status, encoded, body)
+    encoded.insert(1, (b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+    return None
