@@ -12,6 +12,7 @@ on the wire are unchanged. `gateway serve` runs uvicorn with `HttpToolsProtocol`
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as UvicornHttpToolsProtocol
@@ -113,6 +114,8 @@ class HttpToolsProtocol(UvicornHttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         # Not when uvicorn writes an access log (its `send` does). The task that runs the app
-        # starts in a later loop iteration, so it sees the extension.
+        # starts in a later loop iteration, so it sees the extension. A weak reference: the
+        # cycle holds the scope, and a cycle of references per request would wait for the
+        # garbage collector (docs/performance.md), where reference counting frees it now.
         if cycle is not None and cycle.scope is self.scope and not self.access_log:
-            self.scope["extensions"] = {DIRECT_WRITES: cycle}  # type: ignore[dict-item]
+            self.scope["extensions"] = {DIRECT_WRITES: weakref.ref(cycle)}  # type: ignore[dict-item]

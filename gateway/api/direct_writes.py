@@ -4,8 +4,8 @@ uvicorn's `send` runs per ASGI message: for a whole response twice (`http.respon
 `http.response.body`), with two regular-expression searches per header, a header loop, a held
 head joined with the body and the response's bookkeeping; counted with callgrind that was ~60,000
 instructions a request, about 8% of the worker's (docs/performance.md). When `gateway serve`'s
-protocol (`gateway.http_server`) offers the request's cycle under `DIRECT_WRITES` in the ASGI
-scope's extensions:
+protocol (`gateway.http_server`) offers the request's cycle (a weak reference to it) under
+`DIRECT_WRITES` in the ASGI scope's extensions:
 
 - `send_whole` answers a non-streaming request in one call: the bytes uvicorn would write (its
   `date` header, the app's headers, `content-length`, `connection: close` when the connection
@@ -23,7 +23,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, STATUS_LINE
 
-DIRECT_WRITES = "gateway.direct_writes"  # the scope extension: uvicorn's RequestResponseCycle
+DIRECT_WRITES = "gateway.direct_writes"  # the scope extension: a weakref to uvicorn's RequestResponseCycle
 
 
 def send_whole(cycle: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

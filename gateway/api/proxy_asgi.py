@@ -98,8 +98,9 @@ class ProxyFront:
 
 def _direct(scope: Scope) -> Any:
     """uvicorn's cycle for this request, when `gateway serve` offers it (gateway.api.direct_writes)."""
-    extensions: Any = scope.get("extensions")  # Any: the cycle is no dict, whatever the ASGI types say
-    return extensions.get(DIRECT_WRITES) if extensions is not None else None
+    extensions: Any = scope.get("extensions")  # Any: a weak reference, whatever the ASGI types say
+    ref = extensions.get(DIRECT_WRITES) if extensions is not None else None
+    return ref() if ref is not None else None
 
 
 async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
