@@ -12,7 +12,12 @@ writer process) as `bench/run` does, with the worker under `valgrind --tool=call
 counting switched off; sends warm-up requests, switches counting on for `--requests` sequential
 non-streaming requests (or streams, `--flavour sse`; team key, batch pin, metering), and prints the
 instructions per request.
-The callgrind file stays in `--out` for `callgrind_annotate`.
+
+Under valgrind the requests take tens of seconds, and the worker's timers (the circuit-state
+refresh from Redis every second) run all the while: their work grew with the run's wall time
+(about 3% of the count, more when the machine was busy). So the worker is then counted for as long
+again with no requests, and that idle count is subtracted; both are printed.
+The callgrind files stay in `--out` for `callgrind_annotate` (`.1`: the requests, `.2`: idle).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -44,8 +50,15 @@ def _send(client: httpx.Client, headers: dict[str, str], body: bytes, count: int
         response.raise_for_status()
 
 
-def count(requests: int, warmup: int, flavour: str, out: Path, compiled: Path | None = None) -> int:
-    """Instructions the worker executed for `requests` requests (after `warmup` of them)."""
+def _totals(path: Path) -> int:
+    return sum(int(m.group(1)) for m in _TOTALS.finditer(path.read_text()))
+
+
+def count(
+    requests: int, warmup: int, flavour: str, out: Path, compiled: Path | None = None
+) -> tuple[int, int]:
+    """Instructions the worker executed for `requests` requests (after `warmup` of them), and
+    while idle for as long afterwards."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("callgrind.out.*"):
         old.unlink()
@@ -69,14 +82,21 @@ def count(requests: int, warmup: int, flavour: str, out: Path, compiled: Path | 
         with httpx.Client(base_url=gateway.base_url, timeout=60) as client:
             _send(client, headers, body, warmup)
             _callgrind_control("--instr=on", str(gateway.pid))
+            started = time.monotonic()
             _send(client, headers, body, requests)
             _callgrind_control("--instr=off", str(gateway.pid))
-            _callgrind_control("--dump", str(gateway.pid))
+            busy_s = time.monotonic() - started
+            _callgrind_control("--dump", str(gateway.pid))  # .1: the requests
+            _callgrind_control("--instr=on", str(gateway.pid))
+            time.sleep(busy_s)
+            _callgrind_control("--instr=off", str(gateway.pid))
+            _callgrind_control("--dump", str(gateway.pid))  # .2: idle for as long
     finally:
         gateway.stop()
         nginx.stop()
-    totals = [int(m.group(1)) for f in out.glob("callgrind.out.*") for m in _TOTALS.finditer(f.read_text())]
-    return sum(totals)
+    busy = sum(_totals(f) for f in out.glob("callgrind.out.*.1"))
+    idle = sum(_totals(f) for f in out.glob("callgrind.out.*.2"))
+    return busy, idle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="gateway-instructions-"))
-    total = count(args.requests, args.warmup, args.flavour, out, args.compiled)
-    print(f"{total / args.requests:,.0f} instructions per request ({args.requests} requests, {total:,} in all); "
-          f"callgrind files in {out}")  # fmt: skip
+    busy, idle = count(args.requests, args.warmup, args.flavour, out, args.compiled)
+    print(f"{(busy - idle) / args.requests:,.0f} instructions per request ({args.requests} requests: "
+          f"{busy:,} in all, {idle:,} idle for as long); callgrind files in {out}")  # fmt: skip
     return 0
 
 

@@ -9,7 +9,9 @@ protocol (`gateway.http_server`) offers the request's cycle (a weak reference to
 
 - `send_whole` answers a non-streaming request in one call: the bytes uvicorn would write (its
   `date` header, the app's headers, `content-length`, `connection: close` when the connection
-  ends), the same checks on header names and values, the same bookkeeping after the write;
+  ends), the same checks on header names and values, the same bookkeeping after the write (where
+  writing is paused, uvicorn would first wait for the client to read; the transport buffers the
+  response instead, one at most per connection, as uvicorn reads no further request meanwhile);
 - `send_chunk` writes one frame of a stream that uvicorn's `send` started, in the chunked framing
   uvicorn would use, unless writing is paused (uvicorn's `send` then waits for the client to
   read) or the client is gone; the stream's start and end still go through `send`.
