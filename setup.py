@@ -20,9 +20,9 @@ from setuptools import setup
 # while it waits. A class compiled here cannot be subclassed by an interpreted one (AzureAdapter is
 # compiled too). tests/unit/test_compiled_build.py checks all of this.
 HOT_PATH = [
+    "gateway/api/direct_writes.py",
     "gateway/api/header_cap.py",
     "gateway/api/proxy_asgi.py",
-    "gateway/api/direct_writes.py",
     "gateway/auth/bearer.py",
     "gateway/auth/key_cache.py",
     "gateway/auth/principal.py",

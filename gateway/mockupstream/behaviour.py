@@ -12,6 +12,8 @@ import msgspec
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
+# What the fake generates is bounded: a knob set to a billion would take the process's memory.
+Generated = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 
 
 class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -19,9 +21,9 @@ class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     latency_ms: NonNegative = 0.0  # before the first byte
     chunk_delay_ms: NonNegative = 0.0  # between stream frames
-    chunks: Annotated[int, msgspec.Meta(ge=1)] = 4  # content chunks in a stream
+    chunks: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 4  # content chunks in a stream
     prompt_tokens: Count | None = None  # None: counted from the request text
-    completion_tokens: Count = 16  # capped by max_tokens / max_completion_tokens
+    completion_tokens: Generated = 16  # capped by max_tokens / max_completion_tokens
     cached_tokens: Count | None = None  # None: a hit when the cache prefix was seen before
     fail_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
     fail_status: Annotated[int, msgspec.Meta(ge=400, le=599)] = 500

@@ -91,4 +91,26 @@ def request_problem(route: Route, body: Any) -> str | None:
         return f"'{required[0]}' is a required property"
     if route.operation is Operation.MESSAGES and not isinstance(body.get("max_tokens"), int):
         return "max_tokens: Field required"
+    return _size_problem(route, body)
+
+
+# OpenAI's own bounds on the fields that size an answer: without them one request could ask the
+# fake for a billion choices or a billion-float vector, and take the process's memory with it.
+MAX_CHOICES = 128
+MAX_DIMENSIONS = 3072
+MAX_BATCH = 2048  # prompts of one completions request, inputs of one embeddings request
+
+
+def _size_problem(route: Route, body: dict[str, Any]) -> str | None:
+    n = body.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_CHOICES:
+        return f"Invalid 'n': integer above maximum value. Expected a value <= {MAX_CHOICES}, but got {n} instead."
+    dimensions = body.get("dimensions")
+    if isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > MAX_DIMENSIONS:
+        return f"Invalid 'dimensions': expected a value <= {MAX_DIMENSIONS}, but got {dimensions} instead."
+    batch = body.get("prompt" if route.operation is Operation.COMPLETIONS else "input")
+    if route.operation in (Operation.COMPLETIONS, Operation.EMBEDDINGS) and isinstance(batch, list):
+        size = len(batch)
+        if size > MAX_BATCH:
+            return f"Invalid array: at most {MAX_BATCH} items, got {size}."
     return None
