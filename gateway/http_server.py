@@ -31,21 +31,18 @@ class CoalescingTransport(asyncio.Transport):
         self._held: bytes | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.write(held + data)
-        elif data[:9] == b"HTTP/1.1 ":  # a response head (uvicorn writes it alone): wait for the body
+        # A response head (uvicorn writes it alone) waits for the body; the rest goes out now.
+        if self._held is None and data[:9] == b"HTTP/1.1 ":
             self._held = bytes(data)
             self._loop.call_soon(self.flush)  # a head without a body still goes out this iteration
         else:
-            self._transport.write(data)  # body bytes and stream frames go out at once
+            self.write_now(data)
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
 
-    def write_now(self, data: bytes) -> None:
-        """Write at once, after anything held: a whole response (`gateway.api.direct_writes`)."""
+    def write_now(self, data: bytes | bytearray | memoryview) -> None:
+        """Write at once, after anything held (`write`, and `gateway.api.direct_writes`)."""
         held = self._held
         if held is not None:
             self._held = None

@@ -103,10 +103,10 @@ MAX_BATCH = 2048  # prompts of one completions request, inputs of one embeddings
 
 def _size_problem(route: Route, body: dict[str, Any]) -> str | None:
     n = body.get("n")
-    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_CHOICES:
+    if isinstance(n, int) and n > MAX_CHOICES:
         return f"Invalid 'n': integer above maximum value. Expected a value <= {MAX_CHOICES}, but got {n} instead."
     dimensions = body.get("dimensions")
-    if isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > MAX_DIMENSIONS:
+    if isinstance(dimensions, int) and dimensions > MAX_DIMENSIONS:
         return f"Invalid 'dimensions': expected a value <= {MAX_DIMENSIONS}, but got {dimensions} instead."
     batch = body.get("prompt" if route.operation is Operation.COMPLETIONS else "input")
     if route.operation in (Operation.COMPLETIONS, Operation.EMBEDDINGS) and isinstance(batch, list):

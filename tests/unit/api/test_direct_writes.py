@@ -33,15 +33,11 @@ class LoggingProtocol(Protocol):
 
 
 HEADERS = [(b"content-type", b"application/json"), (b"x-request-id", b"req_1")]
+BAD_HEADERS = {"/bad-value": (b"x-evil", b"a\r\nset-cookie: x=1"), "/bad-name": (b"x evil", b"1")}
 seen: list[Any] = []
 
 
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
     ref = scope.get("extensions", {}).get(DIRECT_WRITES)
     cycle = ref() if ref is not None else None
     seen.append(ref)
@@ -59,15 +55,10 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
-    if scope["path"] == "/bad-value":
+    bad = BAD_HEADERS.get(scope["path"])
+    if bad is not None:
         try:
-            send_whole(cycle, 200, [(b"x-evil", b"a\r\nset-cookie: x=1")], b"")
-        except RuntimeError:
-            send_whole(cycle, 500, [], b"refused")
-        return
-    if scope["path"] == "/bad-name":
-        try:
-            send_whole(cycle, 200, [(b"x evil", b"1")], b"")
+            send_whole(cycle, 200, [bad], b"")
         except RuntimeError:
             send_whole(cycle, 500, [], b"refused")
         return
@@ -81,7 +72,9 @@ async def serving(protocol: type[HttpToolsProtocol]) -> AsyncIterator[int]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
-    config = uvicorn.Config(_app, host="127.0.0.1", port=free, http=protocol, log_level="error")
+    config = uvicorn.Config(
+        _app, host="127.0.0.1", port=free, http=protocol, log_level="error", lifespan="off"
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
