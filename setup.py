@@ -47,6 +47,7 @@ HOT_PATH = [
     "gateway/proxy/request.py",
     "gateway/proxy/service.py",
     "gateway/redis_batching.py",
+    "gateway/redis_link.py",
     "gateway/routing/deployment.py",
     "gateway/routing/directives.py",
     "gateway/routing/health.py",

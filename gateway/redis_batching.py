@@ -6,12 +6,11 @@ under load one round trip (one socket write, one read) carries many commands ins
 one command (the usage events of many requests in one script call, their spend in one increment),
 and each of those callers gets that command's reply.
 
-The batcher keeps one connection of its own and writes packed commands to it directly: redis-py's
-`Pipeline` (a pool checkout, a command stack, response callbacks, a retry wrapper per flush) costs
-several times the commands it carries, and these are on the path of every proxied request. For the
-same reason a round trip has one timeout, not one per command and reply (redis-py's `socket_timeout`
-puts a task and a timer on each), and the connection is not health-checked before every write: one
-idle for `IDLE_RECONNECT_S` is replaced instead, so a Redis restarted meanwhile costs no request.
+The batcher keeps one connection of its own (`gateway.redis_link`) and writes packed commands to it
+directly: redis-py's `Pipeline` (a pool checkout, a command stack, response callbacks, a retry
+wrapper per flush) costs several times the commands it carries, and these are on the path of every
+proxied request. For the same reason a round trip has one timeout, not one per command and reply
+(redis-py's `socket_timeout` puts a task and a timer on each).
 """
 
 from __future__ import annotations
@@ -21,16 +20,16 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import DataError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
-ROUND_TRIP_TIMEOUT_S = 5.0  # redis-py's default socket_timeout, for one whole round trip
-IDLE_RECONNECT_S = 10.0  # the pool's health_check_interval
+from gateway.redis_link import Command, link_for, pack
 
-Command = tuple[EncodableT, ...]
+ROUND_TRIP_TIMEOUT_S = 5.0  # redis-py's default socket_timeout, for one whole round trip
+IDLE_RECONNECT_S = 10.0  # the pool's health_check_interval (`gateway.redis_link.RedisPyLink`)
+
 Item = TypeVar("Item")
 
 
@@ -53,17 +52,13 @@ class PipelineBatcher:
         round_trip_timeout_s: float = ROUND_TRIP_TIMEOUT_S,
         idle_reconnect_s: float = IDLE_RECONNECT_S,
     ) -> None:
-        self._pool = redis.connection_pool
-        self._round_trip_timeout_s = round_trip_timeout_s
-        self._idle_reconnect_s = idle_reconnect_s
-        self._connection: AbstractConnection | None = None
+        self._link = link_for(redis.connection_pool, round_trip_timeout_s, idle_reconnect_s)
         self._pending: list[_Queued] = []
         self._merging: dict[Hashable, tuple[list[Any], _Queued]] = {}
         self._flusher: asyncio.Task[None] | None = None
         # The loop of the round trips, kept: asyncio.get_running_loop() costs a getpid() system
         # call on CPython 3.11, several per request otherwise.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._last_round_trip = 0.0
 
     def submit(self, *command: EncodableT) -> asyncio.Future[Any]:
         """Queue one command (`"XADD", stream, "*", field, value`); the future is its reply.
@@ -139,16 +134,9 @@ class PipelineBatcher:
     async def _flush(self, batch: list[_Queued]) -> None:
         try:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
-            connection = await self._ready_connection()
-            async with asyncio.timeout(self._round_trip_timeout_s):
-                await connection.send_packed_command(pack(commands), check_health=False)
-                for queued in batch:
-                    try:
-                        _resolve(queued.waiters, reply=await connection.read_response())
-                    except ResponseError as exc:  # this command's error; the connection reads on
-                        _resolve(queued.waiters, error=exc)
-        except BaseException as exc:  # every waiter left learns of the failure and handles it itself
-            # redis-py has closed the connection on a failed write or read: the next flush reconnects.
+            replies = await self._link.round_trip(pack(commands), len(commands))
+        except BaseException as exc:  # every waiter learns of the failure and handles it itself
+            # The link has closed its connection on a failed write or read: the next flush reconnects.
             if isinstance(exc, TimeoutError):  # the round trip's own (redis-py's TimeoutError is another)
                 failure: Exception = RedisTimeoutError("Redis did not answer a round trip in time")
             else:
@@ -157,50 +145,12 @@ class PipelineBatcher:
                 _resolve(queued.waiters, error=failure)
             if not isinstance(exc, Exception):
                 raise
-
-    async def _ready_connection(self) -> AbstractConnection:
-        assert self._loop is not None
-        now, connection = self._loop.time(), self._connection
-        if connection is None:
-            connection = self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            connection.socket_timeout = None  # the round trip's timeout covers its writes and reads
-            connection.health_check_interval = 0
-        elif now - self._last_round_trip > self._idle_reconnect_s:
-            await connection.disconnect()  # the next write connects again
-        self._last_round_trip = now
-        return connection
-
-
-# RESP length prefixes, formatted once: `b"$%d\r\n" % n` cost ~600 instructions per argument
-_ARRAY = [b"*%d\r\n" % n for n in range(64)]
-_BULK = [b"$%d\r\n" % n for n in range(1024)]
-
-
-def pack(commands: Sequence[Command]) -> bytes:
-    """The commands in the Redis protocol (RESP), in one buffer: what redis-py's `pack_commands`
-    writes, without its encoder call and type checks for every argument."""
-    parts: list[bytes] = []
-    append = parts.append
-    for command in commands:
-        count = len(command)
-        append(_ARRAY[count] if count < 64 else b"*%d\r\n" % count)
-        for arg in command:
-            kind = type(arg)
-            if kind is bytes:
-                data: bytes = arg  # type: ignore[assignment]
-            elif kind is str:
-                data = arg.encode()  # type: ignore[union-attr]
-            elif kind is int or kind is float:
-                data = repr(arg).encode()
-            elif isinstance(arg, bytearray | memoryview):
-                data = bytes(arg)
-            else:  # bool (an int to Python, not to Redis) and anything else: redis-py refuses them too
-                raise DataError(f"Invalid input of type: {kind.__name__!r}")
-            size = len(data)
-            append(_BULK[size] if size < 1024 else b"$%d\r\n" % size)
-            append(data)
-            append(b"\r\n")
-    return b"".join(parts)
+            return
+        for queued, reply in zip(batch, replies, strict=True):
+            if isinstance(reply, ResponseError):  # this command's error, for its callers alone
+                _resolve(queued.waiters, error=reply)
+            else:
+                _resolve(queued.waiters, reply=reply)
 
 
 def _resolve(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:

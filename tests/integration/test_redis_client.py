@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.redis_batching import PipelineBatcher
+from gateway.redis_link import RedisPyLink, pack
 from gateway.services import redis_client
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -60,32 +61,51 @@ async def group_commit(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Pi
         await admin.aclose()
 
 
-async def test_the_group_commit_reconnects_after_its_connection_was_closed(
-    group_commit: tuple[PipelineBatcher, Redis],
-) -> None:
-    batcher, admin = group_commit
-    await batcher.submit("CLIENT", "SETNAME", NAME)
-    assert await batcher.submit("INCR", f"{NAME}:g") == 1
-    assert await _kill_our_connections(admin) == 1
-    await asyncio.sleep(0.05)
-    # The round trip on the dead connection fails (its usage events go to the spool) ...
-    with pytest.raises(RedisConnectionError):
-        await batcher.submit("INCR", f"{NAME}:g")
-    # ... and the next one is on a new connection.
-    assert await batcher.submit("INCR", f"{NAME}:g") == 2
-
-
-@pytest.mark.parametrize("group_commit", [{"idle_reconnect_s": 0.05}], indirect=True)
-async def test_a_group_commit_idle_long_enough_reconnects_before_it_writes(
+async def test_a_connection_redis_closed_while_idle_is_replaced_before_the_next_round_trip(
     group_commit: tuple[PipelineBatcher, Redis],
 ) -> None:
     """A Redis restarted while the gateway was idle: the first request after it does not fail."""
     batcher, admin = group_commit
     await batcher.submit("CLIENT", "SETNAME", NAME)
-    assert await _kill_our_connections(admin) == 1
-    await asyncio.sleep(0.1)
-
     assert await batcher.submit("INCR", f"{NAME}:g") == 1
+    assert await _kill_our_connections(admin) == 1
+    await asyncio.sleep(0.05)
+
+    assert await batcher.submit("INCR", f"{NAME}:g") == 2  # on a new connection
+    assert await batcher.submit("CLIENT", "GETNAME") is None  # (a new connection has no name)
+
+
+async def test_a_connection_lost_during_a_round_trip_fails_its_callers_and_the_next_one_reconnects(
+    group_commit: tuple[PipelineBatcher, Redis],
+) -> None:
+    batcher, admin = group_commit
+    await batcher.submit("CLIENT", "SETNAME", NAME)
+    waiting = [batcher.submit("BLPOP", f"{NAME}:never", 0), batcher.submit("INCR", f"{NAME}:g")]
+    await asyncio.sleep(0.1)  # the round trip is out; Redis holds BLPOP's answer back
+    assert await _kill_our_connections(admin) == 1
+    # The round trip on the dead connection fails (its usage events go to the spool) ...
+    for future in waiting:
+        with pytest.raises(RedisConnectionError):
+            await future
+    # ... and the next one is on a new connection (the INCR behind BLPOP never ran).
+    assert await batcher.submit("INCR", f"{NAME}:g") == 1
+
+
+async def test_the_redis_py_link_replaces_a_connection_idle_long_enough_before_it_writes() -> None:
+    """`RedisPyLink` (TLS and other pools) cannot see a close while idle: it reconnects after
+    `idle_reconnect_s` instead."""
+    client, admin = redis_client(REDIS_URL), Redis.from_url(REDIS_URL)
+    link = RedisPyLink(client.connection_pool, round_trip_timeout_s=1.0, idle_reconnect_s=0.05)
+    try:
+        assert await link.round_trip(pack([("CLIENT", "SETNAME", NAME)]), 1) == [b"OK"]
+        assert await _kill_our_connections(admin) == 1
+        await asyncio.sleep(0.1)
+
+        assert await link.round_trip(pack([("INCR", f"{NAME}:p"), ("INCR", f"{NAME}:p")]), 2) == [1, 2]
+    finally:
+        await admin.delete(f"{NAME}:p")
+        await client.aclose()
+        await admin.aclose()
 
 
 async def test_a_round_trip_without_an_answer_fails_in_time_and_the_next_one_goes_through() -> None:

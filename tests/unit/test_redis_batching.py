@@ -1,23 +1,59 @@
-"""Group commit: concurrent commands share a round trip, each caller gets its own reply or error."""
+"""Group commit: concurrent commands share a round trip, each caller gets its own reply or error.
+
+On fakeredis (through `RedisPyLink`) and, marked integration, on the machine's Redis (through
+`RespLink`, the gateway's own connection)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import fakeredis
 import pytest
+from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError, ResponseError
 
-from gateway.redis_batching import PipelineBatcher, pack
+from gateway.redis_batching import PipelineBatcher
+from gateway.redis_link import RedisPyLink, RespLink, pack
+from gateway.services import redis_client
 from tests.support.round_trips import RoundTrips
 
+REAL_REDIS_URL = "redis://127.0.0.1:6379/15"  # these tests' own db, flushed before and after each
 
-async def test_each_caller_gets_its_own_reply() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.integration)])
+async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    if request.param == "fakeredis":
+        client: Redis = fakeredis.FakeAsyncRedis()
+        yield client
+    else:
+        client = redis_client(REAL_REDIS_URL)
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    await client.aclose()
+
+
+def unique_script(redis: Redis, body: str) -> Any:
+    """A script no earlier test loaded (Redis keeps loaded scripts across databases)."""
+    return redis.register_script(f"-- {uuid.uuid4().hex}\n{body}")
+
+
+async def test_the_gateways_client_gets_the_resp_link_and_others_redis_py_s() -> None:
+    assert isinstance(PipelineBatcher(redis_client(REAL_REDIS_URL))._link, RespLink)
+    assert isinstance(PipelineBatcher(redis_client("unix:///run/redis.sock?db=2"))._link, RespLink)
+    assert isinstance(PipelineBatcher(redis_client("rediss://127.0.0.1:6379/0"))._link, RedisPyLink)
+    assert isinstance(PipelineBatcher(fakeredis.FakeAsyncRedis())._link, RedisPyLink)
+    decoding = Redis.from_url(REAL_REDIS_URL, decode_responses=True)
+    assert isinstance(PipelineBatcher(decoding)._link, RedisPyLink)
+
+
+async def test_each_caller_gets_its_own_reply(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     replies = await asyncio.gather(*(batcher.submit("INCRBY", "n", i) for i in range(1, 101)))
     assert sorted(replies)[-1] == sum(range(1, 101))
@@ -25,8 +61,7 @@ async def test_each_caller_gets_its_own_reply() -> None:
     assert int(await redis.get("n")) == 5050
 
 
-async def test_a_failing_command_fails_only_its_caller() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_a_failing_command_fails_only_its_caller(redis: Redis) -> None:
     await redis.set("text", "not a number")
     batcher = PipelineBatcher(redis)
     good, bad, after = await asyncio.gather(
@@ -39,9 +74,8 @@ async def test_a_failing_command_fails_only_its_caller() -> None:
     assert isinstance(bad, ResponseError)
 
 
-async def test_scripts_run_by_sha_and_a_missing_script_is_noscript() -> None:
-    redis = fakeredis.FakeAsyncRedis()
-    script = redis.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+async def test_scripts_run_by_sha_and_a_missing_script_is_noscript(redis: Redis) -> None:
+    script = unique_script(redis, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
     batcher = PipelineBatcher(redis)
     with pytest.raises(NoScriptError):
         await batcher.submit("EVALSHA", script.sha, 1, "s", 2)
@@ -61,8 +95,7 @@ async def test_an_unreachable_redis_fails_every_caller_and_a_recovered_one_serve
     assert await batcher.submit("INCR", "x") == 1
 
 
-async def test_commands_of_one_loop_iteration_share_one_round_trip() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_commands_of_one_loop_iteration_share_one_round_trip(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     await batcher.submit("PING")  # connects
     round_trips = RoundTrips(batcher)
@@ -73,8 +106,7 @@ async def test_commands_of_one_loop_iteration_share_one_round_trip() -> None:
     assert round_trips.count == 2
 
 
-async def test_commands_queued_during_a_round_trip_share_the_next_one() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_commands_queued_during_a_round_trip_share_the_next_one(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     first = batcher.submit("INCR", "n")
     await asyncio.sleep(0)  # the first round trip is out
@@ -83,8 +115,7 @@ async def test_commands_queued_during_a_round_trip_share_the_next_one() -> None:
     assert sorted(await asyncio.gather(*later)) == list(range(2, 22))
 
 
-async def test_a_caller_that_gave_up_does_not_break_the_others() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_a_caller_that_gave_up_does_not_break_the_others(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     abandoned = batcher.submit("INCR", "n")
     kept = batcher.submit("INCR", "n")
@@ -93,8 +124,7 @@ async def test_a_caller_that_gave_up_does_not_break_the_others() -> None:
     assert await batcher.submit("GET", "n") == b"2"
 
 
-async def test_merged_items_go_out_as_one_command_per_key() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_merged_items_go_out_as_one_command_per_key(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     built: list[list[int]] = []
 
@@ -115,8 +145,7 @@ async def test_merged_items_go_out_as_one_command_per_key() -> None:
     assert await batcher.merge("a", 5, incr_by_sum("a")) == 60  # a later round trip: a new command
 
 
-async def test_a_failing_merged_command_fails_each_of_its_callers() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_a_failing_merged_command_fails_each_of_its_callers(redis: Redis) -> None:
     await redis.set("text", "not a number")
     batcher = PipelineBatcher(redis)
     results = await asyncio.gather(
@@ -128,8 +157,7 @@ async def test_a_failing_merged_command_fails_each_of_its_callers() -> None:
     assert results[3] == 1
 
 
-async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply() -> None:
-    redis = fakeredis.FakeAsyncRedis()
+async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     first = batcher.merge("n", 1, lambda items: ("INCRBY", "n", sum(items)))
     second = batcher.merge("n", 2, lambda items: ("INCRBY", "n", sum(items)))
@@ -137,21 +165,10 @@ async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply() -> N
     assert await second == 3  # the command still carried both items
 
 
-async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    redis = fakeredis.FakeAsyncRedis()
-    script = redis.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again(redis: Redis) -> None:
+    script = unique_script(redis, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
     batcher = PipelineBatcher(redis)
-    sent: list[bytes] = []  # what went to the connection (redis-py's own writes are lists of parts)
-    connection_class = redis.connection_pool.connection_class
-    send = connection_class.send_packed_command
-
-    async def recording(self: Any, packed: bytes | list[bytes], check_health: bool = True) -> None:
-        sent.append(packed if isinstance(packed, bytes) else b"".join(packed))
-        await send(self, packed, check_health)
-
-    monkeypatch.setattr(connection_class, "send_packed_command", recording)
+    sent = RoundTrips(batcher).sent  # what went to the connection
 
     def keys_and_args(items: list[int]) -> tuple[list[str], list[int]]:
         return ["s"], [sum(items)]

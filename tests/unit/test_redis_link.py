@@ -1,0 +1,99 @@
+"""`RespConnection` fed bytes as a socket would deliver them: replies split anywhere, replies
+nothing asked for, bytes that are not RESP, a round trip that times out or is given up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+
+from gateway.redis_link import RespConnection, RespLink, pack
+
+
+class Socket(asyncio.Transport):
+    """The transport's side a `RespConnection` uses: what it wrote, and whether it was aborted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def connected() -> tuple[RespConnection, Socket]:
+    connection, transport = RespConnection(asyncio.get_running_loop()), Socket()
+    connection.connection_made(transport)
+    return connection, transport
+
+
+REPLIES = (
+    b"+OK\r\n:42\r\n$5\r\nhello\r\n*2\r\n$1\r\na\r\n$-1\r\n-NOSCRIPT No matching script.\r\n-ERR nope\r\n"
+)
+
+
+async def test_replies_split_at_every_byte_are_handed_over_once_the_last_is_in() -> None:
+    connection, transport = connected()
+    replies = connection.round_trip(b"packed", 6)
+    assert transport.written == [b"packed"]
+    for i in range(len(REPLIES)):
+        assert not replies.done()
+        connection.data_received(REPLIES[i : i + 1])
+    ok, number, text, array, noscript, error = await replies
+    assert (ok, number, text, array) == (b"OK", 42, b"hello", [b"a", None])
+    assert isinstance(noscript, NoScriptError)  # as redis-py raises it, for the batcher's reload
+    assert type(error) is ResponseError and str(error) == "nope"
+    assert not transport.aborted
+
+
+async def test_a_reply_nothing_asked_for_closes_the_connection() -> None:
+    connection, transport = connected()
+    replies = connection.round_trip(b"packed", 1)
+    connection.data_received(b"+OK\r\n+EXTRA\r\n")
+    with pytest.raises(RedisConnectionError, match="nothing asked for"):
+        await replies
+    assert transport.aborted and connection.closed
+
+
+async def test_bytes_that_are_not_resp_fail_the_round_trip_and_close_the_connection() -> None:
+    connection, transport = connected()
+    replies = connection.round_trip(b"packed", 1)
+    connection.data_received(b"HTTP/1.1 400 Bad Request\r\n")
+    with pytest.raises(RedisConnectionError, match="Protocol error"):
+        await replies
+    assert transport.aborted
+
+
+async def test_a_closed_connection_fails_the_round_trip_out_and_every_later_one() -> None:
+    connection, _ = connected()
+    replies = connection.round_trip(b"packed", 2)
+    connection.data_received(b"+OK\r\n")
+    connection.connection_lost(None)
+    with pytest.raises(RedisConnectionError, match="closed by server"):
+        await replies
+    with pytest.raises(RedisConnectionError):
+        await connection.round_trip(b"packed", 1)
+
+
+async def test_a_round_trip_past_its_timeout_or_given_up_closes_the_connection() -> None:
+    link = RespLink({}, round_trip_timeout_s=0.05)
+    link._connection, transport = connected()
+    link._loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError):  # the batcher reports it as redis-py's TimeoutError
+        await link.round_trip(pack([("PING",)]), 1)
+    assert transport.aborted  # a late reply would be matched to the next command otherwise
+
+    link._connection, transport = connected()
+    task = asyncio.create_task(link.round_trip(pack([("PING",)]), 1))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert transport.aborted
