@@ -20,7 +20,6 @@ from setuptools import setup
 # while it waits. A class compiled here cannot be subclassed by an interpreted one (AzureAdapter is
 # compiled too). tests/unit/test_compiled_build.py checks all of this.
 HOT_PATH = [
-    "gateway/api/direct_writes.py",
     "gateway/api/header_cap.py",
     "gateway/api/proxy_asgi.py",
     "gateway/auth/bearer.py",
@@ -31,6 +30,7 @@ HOT_PATH = [
     "gateway/dispatch/http1.py",
     "gateway/dispatch/http1_connection.py",
     "gateway/dispatch/sse.py",
+    "gateway/http_protocol.py",
     "gateway/limits/__init__.py",
     "gateway/limits/headers.py",
     "gateway/limits/limiter.py",

@@ -22,7 +22,7 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
 
-from gateway.http_server import HttpToolsProtocol
+from gateway.http_protocol import HttpProtocol
 
 log = logging.getLogger("uvicorn.error")
 
@@ -51,7 +51,7 @@ def run(host: str, port: int, workers: int) -> None:
         "factory": True,
         "interface": "asgi3",  # said, not guessed: a compiled build's front is no Python coroutine function
         "loop": "gateway.event_loop:new_event_loop",  # uvloop, accepting new connections in batches
-        "http": HttpToolsProtocol,  # uvicorn's, with a response's head and body in one write
+        "http": HttpProtocol,  # uvicorn's httptools protocol, compiled, with the proxy's own writes
         "access_log": False,
         "log_level": "warning",
         "timeout_graceful_shutdown": 30,

@@ -17,10 +17,10 @@ from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
-from gateway.api.direct_writes import DIRECT_WRITES, send_whole
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
 from gateway.api.sse_relay import relay_sse
 from gateway.errors import GatewayError
+from gateway.http_protocol import DIRECT_WRITES, Cycle
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, run_proxy
 
@@ -96,19 +96,19 @@ class ProxyFront:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _direct(scope: Scope) -> Any:
-    """uvicorn's cycle for this request, when `gateway serve` offers it (gateway.api.direct_writes)."""
-    extensions: Any = scope.get("extensions")  # Any: a weak reference, whatever the ASGI types say
-    ref = extensions.get(DIRECT_WRITES) if extensions is not None else None
-    return ref() if ref is not None else None
+def _direct(scope: Scope) -> Cycle | None:
+    """The request's `gateway.http_protocol.Cycle`, when `gateway serve` offers it."""
+    extensions: Any = scope.get("extensions")  # Any: the ASGI types know no such extension
+    cycle: Cycle | None = extensions.get(DIRECT_WRITES) if extensions is not None else None
+    return cycle
 
 
 async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
     encoded = [_JSON]
     encoded += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
     cycle = _direct(scope)
-    if cycle is not None:  # `gateway serve`: one write, past uvicorn's send (gateway.api.direct_writes)
-        return send_whole(cycle, status, encoded, body)
+    if cycle is not None:  # `gateway serve`: the whole response in one write, no ASGI messages
+        return cycle.write_whole(status, encoded, body)
     encoded.insert(1, (b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -13,7 +13,7 @@ from typing import Any
 
 from litestar.types import Receive, Send
 
-from gateway.api.direct_writes import send_chunk
+from gateway.http_protocol import Cycle
 
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 
@@ -23,7 +23,7 @@ async def relay_sse(
     send: Send,
     headers: dict[str, str],
     frames: AsyncGenerator[bytes, None],
-    cycle: Any = None,
+    cycle: Cycle | None = None,
 ) -> None:
     """Send an SSE stream frame by frame; stop it as soon as the client leaves.
 
@@ -31,7 +31,7 @@ async def relay_sse(
     before the stream ends; the relay's own clean-up (`ProxyService.relay`) then closes the
     upstream and meters what was sent. One helper task per stream, where Litestar's streaming
     response runs an anyio task group (about four times the CPU per stream, docs/performance.md).
-    With uvicorn's `cycle` (`gateway.api.direct_writes`), frames are written past its `send`.
+    With the request's `cycle` (`gateway.http_protocol.Cycle`), frames are written without ASGI messages.
     """
     encoded = [_SSE] + [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
     await send({"type": "http.response.start", "status": 200, "headers": encoded})
@@ -41,7 +41,7 @@ async def relay_sse(
     watcher.add_done_callback(lambda w: None if w.cancelled() or w.exception() else relaying.cancel())
     try:
         async for frame in frames:
-            if cycle is None or not send_chunk(cycle, frame):
+            if cycle is None or not cycle.write_frame(frame):
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
         watcher.cancel()  # the stream is whole: a disconnect from now on changes nothing
         await send({"type": "http.response.body", "body": b"", "more_body": False})
