@@ -1,8 +1,8 @@
 """The gateway under test: its catalog pointing at nginx, PostgreSQL and Redis, a team key.
 
 PostgreSQL and Redis are the machine's own (127.0.0.1:5432 and :6379); the bench uses its own
-database (`gateway_bench`, recreated each run) and Redis db 9 (flushed each run), so metering,
-key checks and batch pins all run against real services.
+database (`gateway_bench`, recreated each run) and Redis db 10 (flushed each run; no test uses
+it), so metering, key checks and batch pins all run against real services.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from bench.procstat import tree
 REPO = Path(__file__).resolve().parents[1]
 DATABASE = "gateway_bench"
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = "redis://127.0.0.1:6379/10"
 ADMIN_KEY = "bench-admin-secret"
 FLAVOURS = ("json", "sse", "slow", "drip", "hold")  # one provider and one model per nginx location
 
