@@ -51,6 +51,7 @@ HOT_PATH = [
     "gateway/routing/deployment.py",
     "gateway/routing/directives.py",
     "gateway/routing/health.py",
+    "gateway/routing/pins.py",
     "gateway/routing/policy.py",
 ]
 

@@ -3,11 +3,11 @@
 A round trip is one buffer of packed commands out and their replies back, in order. `RespLink` does
 it on a socket of its own: an asyncio protocol that feeds what arrives to hiredis (the C parser
 redis-py itself uses) and hands the replies over when the last one is in. redis-py's connection
-reads through an asyncio stream, its parser, two layers of `read_response` and a timeout per reply:
-per request that was about a tenth of the worker's instructions (docs/performance.md). `RespLink`
-serves the connections redis-py would open for a `redis://` or `unix://` URL: it reads the same
-settings from the client's pool (host, port or path, db, username, password, client name,
-timeouts, keepalive) and does the same handshake (AUTH, CLIENT SETNAME, SELECT). Anything else (TLS,
+writes through an asyncio stream and reads each reply through three layers of calls and the
+stream: per request that was about a tenth of the worker's instructions (docs/performance.md).
+`RespLink` serves the connections redis-py would open for a `redis://` or `unix://` URL: it reads
+the same settings from the client's pool (host, port or path, db, username, password, client name,
+connect timeout, keepalive) and does the same handshake (AUTH, CLIENT SETNAME, SELECT). Anything else (TLS,
 a credential provider, fakeredis's in-process connections) goes through `RedisPyLink`, which drives
 one redis-py connection of the pool.
 

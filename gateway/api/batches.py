@@ -12,8 +12,8 @@ from gateway.api.openapi_bodies import documented, json_schema
 from gateway.errors import InvalidRequest, NotFound
 from gateway.metering.pricing import money_str
 from gateway.metering.reports import batch_totals
+from gateway.routing.batch_pin import BatchPin
 from gateway.routing.directives import BATCH_ID
-from gateway.routing.pins import BatchPin
 from gateway.services import services_of
 
 

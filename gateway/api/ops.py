@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request, Response, get
 from sqlalchemy import text
 
-from gateway.routing.pins import PinStoreUnavailable
+from gateway.routing.batch_pin import PinStoreUnavailable
 from gateway.services import Services, services_of
 
 JSON = "application/json"

@@ -108,6 +108,10 @@ class Executor:
         self._health = health
         self._rng = rng or random.Random()
         self._round_robin = {p.name: itertools.cycle(p.urls or (MOCK_BASE_URL,)) for p in catalog.providers}
+        # Per provider, resolved once: `Provider.urls` and `adapter_for` are interpreted (settings.py
+        # defines Structs; the registry imports every adapter), two calls a request otherwise.
+        self._urls = {p.name: p.urls or (MOCK_BASE_URL,) for p in catalog.providers}
+        self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}
         self._network: UpstreamClient = UpstreamPool()
         self._mock: UpstreamClient | None = None
         if any(p.kind is ProviderKind.MOCK for p in catalog.providers):
@@ -128,7 +132,7 @@ class Executor:
         return self._network
 
     def _base_url(self, provider: Provider, cache_key: str | None) -> str:
-        urls = provider.urls or (MOCK_BASE_URL,)
+        urls = self._urls.get(provider.name) or provider.urls or (MOCK_BASE_URL,)
         if len(urls) == 1:
             return urls[0]
         if cache_key is not None:
@@ -137,7 +141,7 @@ class Executor:
 
     def _build(self, deployment: Deployment, call: UpstreamCall) -> tuple[ProviderAdapter, UpstreamRequest]:
         provider = deployment.provider
-        adapter = adapter_for(provider.kind)
+        adapter = self._adapters.get(provider.name) or adapter_for(provider.kind)
         return adapter, adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
 
     async def _open(self, provider: Provider, request: UpstreamRequest) -> Reply:

@@ -19,10 +19,50 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 
 from gateway.dispatch.http1_connection import Connection, request_head, target_of
 from gateway.errors import UpstreamMisconfigured, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
+
+
+class Slots:
+    """How many more exchanges may start with one origin: `asyncio.Semaphore`'s acquire and
+    release, first come first served, in the compiled build (the semaphore's are interpreted, five
+    calls a request)."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = limit
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """Take a slot if one is free and nobody is waiting for one."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Wait for a slot (`take` found none)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then given up: pass it on
+            elif waiter in self._waiters:  # (a release may have dropped it already)
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Hand the slot to the longest waiter, or free it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
 
 
 class Reply:
@@ -30,7 +70,7 @@ class Reply:
 
     __slots__ = ("_conn", "_headers", "_raw_headers", "_read_timeout", "_released", "_slots", "status")
 
-    def __init__(self, conn: Connection, read_timeout: float, slots: asyncio.Semaphore) -> None:
+    def __init__(self, conn: Connection, read_timeout: float, slots: Slots) -> None:
         self._conn, self._read_timeout, self._released, self._slots = conn, read_timeout, False, slots
         self.status = conn.status
         self._raw_headers = conn.raw_headers
@@ -113,7 +153,7 @@ class UpstreamPool:
         self, max_per_origin: int = 4096, max_idle_per_origin: int = 1024, keepalive_s: float = 60.0
     ) -> None:
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
-        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
+        self._slots: dict[tuple[str, str, int], Slots] = {}
         self._max_per_origin = max_per_origin
         self._max_idle = max_idle_per_origin
         self._keepalive_s = keepalive_s
@@ -150,16 +190,15 @@ class UpstreamPool:
             raise
         return Reply(conn, read_timeout, slots)
 
-    async def _slot(self, origin: tuple[str, str, int], wait_s: float) -> asyncio.Semaphore:
+    async def _slot(self, origin: tuple[str, str, int], wait_s: float) -> Slots:
         slots = self._slots.get(origin)
         if slots is None:
-            slots = self._slots[origin] = asyncio.Semaphore(self._max_per_origin)
-        if not slots.locked():
-            await slots.acquire()  # free: returns without suspending
+            slots = self._slots[origin] = Slots(self._max_per_origin)
+        if slots.take():
             return slots
         try:
             async with asyncio.timeout(wait_s):
-                await slots.acquire()
+                await slots.wait()
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"All {self._max_per_origin} connections to the upstream stayed busy"

@@ -60,7 +60,7 @@ class OpenAIAdapter:
         )
 
     def url(self, call: UpstreamCall, provider: Provider, base_url: str) -> str:
-        return f"{base_url}/{call.endpoint.value}"
+        return f"{base_url}/{call.endpoint._value_}"
 
     def auth_headers(self, provider: Provider) -> dict[str, str]:
         return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}

@@ -28,10 +28,11 @@ from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.relay import relay
 from gateway.proxy.request import ParsedRequest
 from gateway.records import record
+from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
-from gateway.routing.pins import BatchPin, PinStore, PinStoreUnavailable, new_pin
+from gateway.routing.pins import PinStore
 from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
 from gateway.settings import RetrySettings
 
@@ -278,7 +279,7 @@ class ProxyService:
             region=deployment.region,
             deployment=deployment.id,
             upstream_model=deployment.upstream_model,
-            endpoint=ctx.parsed.endpoint.value,
+            endpoint=ctx.parsed.endpoint._value_,  # `value` is a property, interpreted: two calls
             status=status,
             batch_id=ctx.directives.batch,
             prompt_tokens=tokens.prompt_tokens,

@@ -3,14 +3,15 @@
 A pin may move only while it is unconfirmed (no request of the batch has succeeded yet); an idle
 pin expires after `batches.idle_ttl_s`. A pin's `created_at` is the arrival time of the earliest
 request that joined it, so the batch's running totals (records since `created_at`) count every one. `RedisPinStore` is the production store; `MemoryPinStore`
-serves the embedded single-process default with the same semantics.
+serves the embedded single-process default with the same semantics. The pin itself is in
+`gateway.routing.batch_pin` (a Struct: that module stays interpreted, this one is compiled).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -19,42 +20,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
-from gateway.errors import GatewayError
+from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.deployment import Deployment
 
 log = structlog.get_logger("gateway.pins")
-
-
-class PinStoreUnavailable(GatewayError):
-    """The shared store cannot be reached; callers degrade to rendezvous hashing."""
-
-    status = 503
-
-
-class BatchPin(msgspec.Struct, frozen=True, kw_only=True):
-    team_id: str
-    batch_id: str
-    deployment: str
-    model: str
-    provider: str
-    region: str
-    created_at: float
-    last_used_at: float
-    confirmed: bool = False
-    moves: int = 0
-
-
-def new_pin(team_id: str, batch_id: str, deployment: Deployment, now: float) -> BatchPin:
-    return BatchPin(
-        team_id=team_id,
-        batch_id=batch_id,
-        deployment=deployment.id,
-        model=deployment.model,
-        provider=deployment.provider.name,
-        region=deployment.region,
-        created_at=now,
-        last_used_at=now,
-    )
 
 
 class PinStore(Protocol):
@@ -252,9 +221,10 @@ class RedisPinStore:
             pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]), created_at=float(reply[3])
         )
 
-    async def _run(self, script: AsyncScript, keys: list[str], args: list[EncodableT]) -> list[bytes] | None:
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[EncodableT]) -> Any:
+        """The script's reply: a pin's fields, nil, or a number (CONFIRM)."""
         try:
-            reply: list[bytes] | None = await script(keys=keys, args=args)
+            reply: Any = await script(keys=keys, args=args)
         except RedisError as exc:
             log.warning("pin_store_failed", error=type(exc).__name__)  # the class only: no key names
             raise PinStoreUnavailable("batch pin store unreachable") from exc

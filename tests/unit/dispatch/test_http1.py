@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import uvloop
 
-from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1 import Slots, UpstreamPool
 from gateway.dispatch.http1_connection import target_of
 from gateway.errors import (
     UpstreamError,
@@ -392,3 +392,30 @@ def test_the_same_exchanges_over_uvloop() -> None:
         assert server.connections == 1
 
     uvloop.run(scenario())
+
+
+async def test_slots_go_to_waiters_in_order_and_one_given_up_passes_its_slot_on() -> None:
+    slots = Slots(1)
+    assert slots.take() and not slots.take()
+    order: list[str] = []
+
+    async def waiting(name: str) -> None:
+        await slots.wait()
+        order.append(name)
+
+    first, second, third = (asyncio.create_task(waiting(name)) for name in ("first", "second", "third"))
+    await asyncio.sleep(0)
+    assert not slots.take()  # nobody jumps the queue
+    second.cancel()  # gives up while waiting
+    slots.release()  # -> first
+    slots.release()  # -> third (second left)
+    await asyncio.gather(first, third)
+    assert order == ["first", "third"] and second.cancelled()
+
+    handed = asyncio.create_task(slots.wait())  # third holds the one slot
+    await asyncio.sleep(0)
+    slots.release()  # third is done: handed over ...
+    handed.cancel()  # ... then given up before it ran: the slot is not lost
+    with contextlib.suppress(asyncio.CancelledError):
+        await handed
+    assert slots.take() and not slots.take()

@@ -15,14 +15,8 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from gateway.routing.pins import (
-    BatchPin,
-    MemoryPinStore,
-    PinStore,
-    PinStoreUnavailable,
-    RedisPinStore,
-    new_pin,
-)
+from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
+from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
 from tests.unit.routing.catalog import CHAT
 
 REAL_REDIS = "redis://127.0.0.1:6379/12"

@@ -1,0 +1,44 @@
+"""A batch pin, the record the pin stores keep (`gateway.routing.pins`), and their failure.
+
+Apart from the stores because it is a msgspec Struct: mypyc compiles the stores (setup.py,
+HOT_PATH) and leaves the modules that define Structs interpreted.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from gateway.errors import GatewayError
+from gateway.routing.deployment import Deployment
+
+
+class PinStoreUnavailable(GatewayError):
+    """The shared store cannot be reached; callers degrade to rendezvous hashing."""
+
+    status = 503
+
+
+class BatchPin(msgspec.Struct, frozen=True, kw_only=True):
+    team_id: str
+    batch_id: str
+    deployment: str
+    model: str
+    provider: str
+    region: str
+    created_at: float
+    last_used_at: float
+    confirmed: bool = False
+    moves: int = 0
+
+
+def new_pin(team_id: str, batch_id: str, deployment: Deployment, now: float) -> BatchPin:
+    return BatchPin(
+        team_id=team_id,
+        batch_id=batch_id,
+        deployment=deployment.id,
+        model=deployment.model,
+        provider=deployment.provider.name,
+        region=deployment.region,
+        created_at=now,
+        last_used_at=now,
+    )
