@@ -100,6 +100,12 @@ class Attempts:
     ttft_s: float | None = None
     errors: list[str] = field(default_factory=list)
 
+    def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
+        self.count = 0
+        self.upstream_s = 0.0
+        self.ttft_s = None
+        self.errors = []
+
 
 class Executor:
     def __init__(self, catalog: Catalog, health: HealthBoard, rng: random.Random | None = None) -> None:

@@ -61,6 +61,10 @@ class ProxyExchange:
     request_id: str = field(default_factory=new_request_id)
     principal: Principal | None = None
 
+    def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
+        self.request_id = new_request_id()
+        self.principal = None
+
 
 @record
 class ProxyResult:

@@ -70,6 +70,27 @@ class ProxyContext:
     estimated_tokens: int = 0  # reserved at admission; the limiter settles against it
     moved: bool = False  # this request has followed its batch's pin to a new deployment
 
+    # Written out: the `__init__` dataclasses generates is interpreted Python, even in the compiled
+    # build (mypyc compiles only the methods in the source), and this runs for every request.
+    def __init__(
+        self,
+        request_id: str,
+        principal: Principal,
+        parsed: ParsedRequest,
+        directives: Directives,
+        estimated_tokens: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.principal = principal
+        self.parsed = parsed
+        self.directives = directives
+        self.created_at = time.time()
+        self.started = time.perf_counter()
+        self.attempts = Attempts()
+        self.deployment = None
+        self.estimated_tokens = estimated_tokens
+        self.moved = False
+
 
 @record
 class Completed:
