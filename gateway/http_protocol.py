@@ -48,20 +48,21 @@ from uvicorn.server import ServerState
 DIRECT_WRITES = "gateway.direct_writes"  # the scope extension: the request's Cycle
 
 # Bytes that may not appear in a response header name or value (uvicorn's HEADER_RE and
-# HEADER_VALUE_RE): found by deleting every allowed byte, one C-level pass, where the regular
-# expressions took ~10,000 instructions a response.
+# HEADER_VALUE_RE), marked 1 in a translation table: translating the names or values joined and
+# looking for a 1 is one C-level pass each, where the regular expressions took ~10,000
+# instructions a response.
 _NAME_FORBIDDEN = frozenset(b'\x00\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f()<>@,;:[]={} \\"')  # fmt: skip
-_NAME_ALLOWED = bytes(b for b in range(256) if b not in _NAME_FORBIDDEN)
-_VALUE_ALLOWED = bytes(b for b in range(256) if b == 9 or 0x20 <= b < 0x7F or b >= 0x80)
+_NAME_MARKS = bytes([1 if b in _NAME_FORBIDDEN else 0 for b in range(256)])
+_VALUE_MARKS = bytes([0 if b == 9 or 0x20 <= b < 0x7F or b >= 0x80 else 1 for b in range(256)])
 
 
 def check_header_names(names: bytes) -> None:
-    if names.translate(None, _NAME_ALLOWED):
+    if 1 in names.translate(_NAME_MARKS):
         raise RuntimeError("Invalid HTTP header name.")
 
 
 def check_header_values(values: bytes) -> None:
-    if values.translate(None, _VALUE_ALLOWED):
+    if 1 in values.translate(_VALUE_MARKS):
         raise RuntimeError("Invalid HTTP header value.")
 
 

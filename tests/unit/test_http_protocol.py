@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, HttpToolsProtocol
 
-from gateway.http_protocol import DIRECT_WRITES, Cycle, HttpProtocol
+from gateway.http_protocol import DIRECT_WRITES, Cycle, HttpProtocol, check_header_names, check_header_values
 
 HEADERS = [(b"content-type", b"application/json"), (b"x-request-id", b"req_1")]
 BAD_HEADERS = {"/bad-value": (b"x-evil", b"a\r\nset-cookie: x=1"), "/bad-name": (b"x evil", b"1")}
@@ -378,3 +378,15 @@ async def test_the_access_log_has_a_line_per_response_when_it_is_on() -> None:
             access.removeHandler(handler)
     assert len(lines) == 2, lines
     assert '"POST /a HTTP/1.1" 200' in lines[0] and '"POST /stream HTTP/1.1" 200' in lines[1]
+
+
+def test_the_header_checks_refuse_exactly_the_bytes_uvicorn_refuses() -> None:
+    for byte in range(256):
+        piece = b"x-a" + bytes([byte])
+        for check, pattern in ((check_header_names, HEADER_RE), (check_header_values, HEADER_VALUE_RE)):
+            refused = pattern.search(piece) is not None
+            if refused:
+                with pytest.raises(RuntimeError):
+                    check(piece)
+            else:
+                check(piece)
