@@ -135,7 +135,12 @@ class PipelineBatcher:
         try:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
             replies = await self._link.round_trip(pack(commands), len(commands))
-        except BaseException as exc:  # every waiter learns of the failure and handles it itself
+            for queued, reply in zip(batch, replies, strict=True):
+                if isinstance(reply, ResponseError):  # this command's error, for its callers alone
+                    _resolve(queued.waiters, error=reply)
+                else:
+                    _resolve(queued.waiters, reply=reply)
+        except BaseException as exc:  # every waiter not yet answered learns of the failure itself
             # The link has closed its connection on a failed write or read: the next flush reconnects.
             if isinstance(exc, TimeoutError):  # the round trip's own (redis-py's TimeoutError is another)
                 failure: Exception = RedisTimeoutError("Redis did not answer a round trip in time")
@@ -145,12 +150,6 @@ class PipelineBatcher:
                 _resolve(queued.waiters, error=failure)
             if not isinstance(exc, Exception):
                 raise
-            return
-        for queued, reply in zip(batch, replies, strict=True):
-            if isinstance(reply, ResponseError):  # this command's error, for its callers alone
-                _resolve(queued.waiters, error=reply)
-            else:
-                _resolve(queued.waiters, reply=reply)
 
 
 def _resolve(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:
