@@ -30,6 +30,7 @@ HOT_PATH = [
     "gateway/dispatch/http1.py",
     "gateway/dispatch/http1_connection.py",
     "gateway/dispatch/sse.py",
+    "gateway/http_cycle.py",
     "gateway/http_protocol.py",
     "gateway/limits/__init__.py",
     "gateway/limits/headers.py",

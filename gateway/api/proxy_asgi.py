@@ -20,7 +20,7 @@ from litestar.types import Receive, Scope, Send
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
 from gateway.api.sse_relay import relay_sse
 from gateway.errors import GatewayError
-from gateway.http_protocol import DIRECT_WRITES, Cycle
+from gateway.http_cycle import DIRECT_WRITES, Cycle
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, run_proxy
 

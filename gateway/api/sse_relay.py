@@ -13,7 +13,7 @@ from typing import Any
 
 from litestar.types import Receive, Send
 
-from gateway.http_protocol import Cycle
+from gateway.http_cycle import Cycle
 
 _SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 

@@ -16,7 +16,9 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, HEADER_VALUE_RE, HttpToolsProtocol
 
-from gateway.http_protocol import DIRECT_WRITES, Cycle, HttpProtocol, check_header_names, check_header_values
+from gateway.http_cycle import DIRECT_WRITES, Cycle, check_header_names, check_header_values
+from gateway.http_protocol import HttpProtocol
+from tests.support.transport import RecordingTransport
 
 HEADERS = [(b"content-type", b"application/json"), (b"x-request-id", b"req_1")]
 BAD_HEADERS = {"/bad-value": (b"x-evil", b"a\r\nset-cookie: x=1"), "/bad-name": (b"x evil", b"1")}
@@ -258,25 +260,6 @@ async def test_a_frame_is_left_to_send_while_writing_is_paused_or_the_response_i
     async with serving(HttpProtocol, app) as port:
         data, _ = await exchange(port, post(b"/a"))
     assert without_date(data).endswith(b"content-length: 1\r\n\r\nx")
-
-
-class RecordingTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8080), "peername": ("127.0.0.1", 50000)}.get(name, default)
 
 
 async def test_a_head_goes_out_with_its_first_body_bytes_or_alone_when_the_iteration_ends() -> None:

@@ -4,32 +4,17 @@ nothing asked for, bytes that are not RESP, a round trip that times out or is gi
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from gateway.redis_link import RespConnection, RespLink, pack
+from tests.support.transport import RecordingTransport
 
 
-class Socket(asyncio.Transport):
-    """The transport's side a `RespConnection` uses: what it wrote, and whether it was aborted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[bytes] = []
-        self.aborted = False
-
-    def write(self, data: Any) -> None:
-        self.written.append(bytes(data))
-
-    def abort(self) -> None:
-        self.aborted = True
-
-
-def connected() -> tuple[RespConnection, Socket]:
-    connection, transport = RespConnection(asyncio.get_running_loop()), Socket()
+def connected() -> tuple[RespConnection, RecordingTransport]:
+    connection, transport = RespConnection(asyncio.get_running_loop()), RecordingTransport()
     connection.connection_made(transport)
     return connection, transport
 
@@ -42,7 +27,7 @@ REPLIES = (
 async def test_replies_split_at_every_byte_are_handed_over_once_the_last_is_in() -> None:
     connection, transport = connected()
     replies = connection.round_trip(b"packed", 6)
-    assert transport.written == [b"packed"]
+    assert transport.writes == [b"packed"]
     for i in range(len(REPLIES)):
         assert not replies.done()
         connection.data_received(REPLIES[i : i + 1])
@@ -53,22 +38,20 @@ async def test_replies_split_at_every_byte_are_handed_over_once_the_last_is_in()
     assert not transport.aborted
 
 
-async def test_a_reply_nothing_asked_for_closes_the_connection() -> None:
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [(b"+OK\r\n+EXTRA\r\n", "nothing asked for"), (b"HTTP/1.1 400 Bad Request\r\n", "Protocol error")],
+    ids=["a reply nothing asked for", "bytes that are not RESP"],
+)
+async def test_what_no_command_can_match_fails_the_round_trip_and_closes_the_connection(
+    data: bytes, error: str
+) -> None:
     connection, transport = connected()
     replies = connection.round_trip(b"packed", 1)
-    connection.data_received(b"+OK\r\n+EXTRA\r\n")
-    with pytest.raises(RedisConnectionError, match="nothing asked for"):
+    connection.data_received(data)
+    with pytest.raises(RedisConnectionError, match=error):
         await replies
     assert transport.aborted and connection.closed
-
-
-async def test_bytes_that_are_not_resp_fail_the_round_trip_and_close_the_connection() -> None:
-    connection, transport = connected()
-    replies = connection.round_trip(b"packed", 1)
-    connection.data_received(b"HTTP/1.1 400 Bad Request\r\n")
-    with pytest.raises(RedisConnectionError, match="Protocol error"):
-        await replies
-    assert transport.aborted
 
 
 async def test_a_closed_connection_fails_the_round_trip_out_and_every_later_one() -> None:
