@@ -14,7 +14,7 @@ import itertools
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from gateway.dispatch.http1 import UpstreamPool
@@ -95,10 +95,10 @@ class InFlight:
 class Attempts:
     """What happened while sending one request: counted for logs, metering and headers."""
 
-    count: int = 0
-    upstream_s: float = 0.0  # time spent waiting on the upstream (the gateway's overhead excludes it)
-    ttft_s: float | None = None
-    errors: list[str] = field(default_factory=list)
+    count: int
+    upstream_s: float  # time spent waiting on the upstream (the gateway's overhead excludes it)
+    ttft_s: float | None
+    errors: list[str]
 
     def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
         self.count = 0
@@ -113,11 +113,11 @@ class Executor:
         self._max_response = catalog.limits.max_upstream_response_bytes
         self._health = health
         self._rng = rng or random.Random()
-        self._round_robin = {p.name: itertools.cycle(p.urls or (MOCK_BASE_URL,)) for p in catalog.providers}
         # Per provider, resolved once: `Provider.urls` and `adapter_for` are interpreted (settings.py
         # defines Structs; the registry imports every adapter), two calls a request otherwise.
         self._urls = {p.name: p.urls or (MOCK_BASE_URL,) for p in catalog.providers}
         self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}
+        self._round_robin = {name: itertools.cycle(urls) for name, urls in self._urls.items()}
         self._network: UpstreamClient = UpstreamPool()
         self._mock: UpstreamClient | None = None
         if any(p.kind is ProviderKind.MOCK for p in catalog.providers):

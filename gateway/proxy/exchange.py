@@ -10,7 +10,7 @@ import itertools
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
@@ -58,8 +58,8 @@ def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) 
 class ProxyExchange:
     """Who and what one proxied request is, as far as it got: error replies and logs read it."""
 
-    request_id: str = field(default_factory=new_request_id)
-    principal: Principal | None = None
+    request_id: str
+    principal: Principal | None
 
     def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
         self.request_id = new_request_id()

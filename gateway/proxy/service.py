@@ -11,7 +11,7 @@ import contextlib
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
@@ -63,12 +63,12 @@ class ProxyContext:
     principal: Principal
     parsed: ParsedRequest
     directives: Directives
-    created_at: float = field(default_factory=time.time)
-    started: float = field(default_factory=time.perf_counter)
-    attempts: Attempts = field(default_factory=Attempts)
-    deployment: Deployment | None = None
-    estimated_tokens: int = 0  # reserved at admission; the limiter settles against it
-    moved: bool = False  # this request has followed its batch's pin to a new deployment
+    created_at: float
+    started: float
+    attempts: Attempts
+    deployment: Deployment | None
+    estimated_tokens: int  # reserved at admission; the limiter settles against it
+    moved: bool  # this request has followed its batch's pin to a new deployment
 
     # Written out: the `__init__` dataclasses generates is interpreted Python, even in the compiled
     # build (mypyc compiles only the methods in the source), and this runs for every request.
