@@ -144,6 +144,10 @@ class RespLink:
         connection = self._connection
         if connection is None or connection.closed:
             connection = self._connection = await self._connect()
+        return await self._replies(connection, packed, count)
+
+    async def _replies(self, connection: RespConnection, packed: bytes, count: int) -> list[Any]:
+        """One round trip on `connection`, within the timeout."""
         assert self._loop is not None
         replies = connection.round_trip(packed, count)
         timer = self._loop.call_later(self._timeout_s, _time_out, connection, replies)
@@ -199,15 +203,9 @@ class RespLink:
             commands.append(("SELECT", int(settings["db"])))
         if not commands:
             return
-        replies = connection.round_trip(pack(commands), len(commands))
-        assert self._loop is not None
-        timer = self._loop.call_later(self._timeout_s, _time_out, connection, replies)
-        try:
-            for reply in await replies:
-                if isinstance(reply, Exception):
-                    raise reply
-        finally:
-            timer.cancel()
+        for reply in await self._replies(connection, pack(commands), len(commands)):
+            if isinstance(reply, Exception):
+                raise reply
 
 
 def _time_out(connection: RespConnection, replies: asyncio.Future[list[Any]]) -> None:
