@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
@@ -136,7 +136,10 @@ class PipelineBatcher:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
             replies = await self._link.round_trip(pack(commands), len(commands))
             for queued, reply in zip(batch, replies, strict=True):
-                if isinstance(reply, ResponseError):  # this command's error, for its callers alone
+                # This command's error, for its callers alone: a ResponseError, or one that says
+                # Redis cannot serve it (LOADING after a restart is a ConnectionError to redis-py),
+                # which its callers must see as a failure too (a usage event then goes to the spool).
+                if isinstance(reply, Exception):
                     _resolve(queued.waiters, error=reply)
                 else:
                     _resolve(queued.waiters, reply=reply)

@@ -11,8 +11,8 @@ connect timeout, keepalive) and does the same handshake (AUTH, CLIENT SETNAME, S
 a credential provider, fakeredis's in-process connections) goes through `RedisPyLink`, which drives
 one redis-py connection of the pool.
 
-Both give each reply or the error Redis answered for that command (a `redis.exceptions.ResponseError`
-for the batcher to hand to that command's callers), and raise redis-py's `ConnectionError` when the
+Both give each reply or the error Redis answered for that command (the exception redis-py would
+raise for it, for the batcher to hand to that command's callers), and raise redis-py's `ConnectionError` when the
 connection fails and `TimeoutError` when a round trip takes longer than its timeout.
 """
 
@@ -45,8 +45,9 @@ Command = tuple[EncodableT, ...]
 
 class Link(Protocol):
     async def round_trip(self, packed: bytes, count: int) -> list[Any]:
-        """Write `packed` (`count` commands) and return their `count` replies, an error reply as a
-        `ResponseError` in its place."""
+        """Write `packed` (`count` commands) and return their `count` replies, an error reply in
+        its place as the exception redis-py would raise for it (`ResponseError`, `NoScriptError`,
+        `BusyLoadingError`, ...)."""
         ...
 
 

@@ -15,8 +15,8 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
+from redis.exceptions import BusyLoadingError, DataError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, NoScriptError, ResponseError
 
 from gateway.redis_batching import PipelineBatcher
 from gateway.redis_link import RedisPyLink, RespLink, pack
@@ -199,3 +199,17 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
 def test_a_bool_is_refused_as_redis_py_refuses_it() -> None:
     with pytest.raises(DataError):
         pack([("SET", "k", True)])
+
+
+async def test_a_reply_that_says_redis_cannot_serve_fails_its_caller() -> None:
+    """A Redis restarting from its append-only file answers LOADING, which redis-py raises as a
+    ConnectionError: a caller given it as a reply would take a usage event for stored."""
+
+    class Loading:
+        async def round_trip(self, packed: bytes, count: int) -> list[Any]:
+            return [BusyLoadingError("Redis is loading the dataset in memory")] * count
+
+    batcher = PipelineBatcher(fakeredis.FakeAsyncRedis())
+    batcher._link = Loading()
+    with pytest.raises(BusyLoadingError):
+        await batcher.submit("EVALSHA", "a" * 40, 1, "gateway:usage", b"{}")

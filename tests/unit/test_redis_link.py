@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 
 from gateway.redis_link import RespConnection, RespLink, pack
 from tests.support.transport import RecordingTransport
@@ -21,20 +21,22 @@ def connected() -> tuple[RespConnection, RecordingTransport]:
 
 REPLIES = (
     b"+OK\r\n:42\r\n$5\r\nhello\r\n*2\r\n$1\r\na\r\n$-1\r\n-NOSCRIPT No matching script.\r\n-ERR nope\r\n"
+    b"-LOADING Redis is loading the dataset in memory\r\n"
 )
 
 
 async def test_replies_split_at_every_byte_are_handed_over_once_the_last_is_in() -> None:
     connection, transport = connected()
-    replies = connection.round_trip(b"packed", 6)
+    replies = connection.round_trip(b"packed", 7)
     assert transport.writes == [b"packed"]
     for i in range(len(REPLIES)):
         assert not replies.done()
         connection.data_received(REPLIES[i : i + 1])
-    ok, number, text, array, noscript, error = await replies
+    ok, number, text, array, noscript, error, loading = await replies
     assert (ok, number, text, array) == (b"OK", 42, b"hello", [b"a", None])
     assert isinstance(noscript, NoScriptError)  # as redis-py raises it, for the batcher's reload
     assert type(error) is ResponseError and str(error) == "nope"
+    assert isinstance(loading, BusyLoadingError)  # a restarting Redis: a failure, not a reply
     assert not transport.aborted
 
 
