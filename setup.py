@@ -22,6 +22,7 @@ from setuptools import setup
 HOT_PATH = [
     "gateway/api/header_cap.py",
     "gateway/api/proxy_asgi.py",
+    "gateway/api/sse_pump.py",
     "gateway/auth/bearer.py",
     "gateway/auth/key_cache.py",
     "gateway/auth/principal.py",
@@ -30,6 +31,7 @@ HOT_PATH = [
     "gateway/dispatch/http1.py",
     "gateway/dispatch/http1_connection.py",
     "gateway/dispatch/sse.py",
+    "gateway/dispatch/stream.py",
     "gateway/http_cycle.py",
     "gateway/http_protocol.py",
     "gateway/limits/__init__.py",
@@ -45,6 +47,7 @@ HOT_PATH = [
     "gateway/providers/cache_hints.py",
     "gateway/providers/openai.py",
     "gateway/proxy/exchange.py",
+    "gateway/proxy/relay.py",
     "gateway/proxy/request.py",
     "gateway/proxy/service.py",
     "gateway/redis_batching.py",

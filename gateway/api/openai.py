@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
+import anyio
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.params import FromPath
@@ -11,6 +14,7 @@ from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schem
 from gateway.errors import ModelNotFound
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, run_proxy
+from gateway.proxy.relay import StreamRelay
 from gateway.schemas.openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -21,6 +25,7 @@ from gateway.schemas.openai import (
 from gateway.services import Services, services_of
 
 JSON = "application/json"
+METER_GRACE_S = 5.0  # how long a cancelled stream may take to close upstream and record its usage
 
 
 async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
@@ -32,8 +37,20 @@ async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stre
     finally:  # the error handlers read these
         request.state.request_id, request.state.principal = exchange.request_id, exchange.principal
     if result.frames is not None:
-        return Stream(result.frames, media_type="text/event-stream", headers=result.headers)
+        return Stream(_frames(result.frames), media_type="text/event-stream", headers=result.headers)
     return Response(result.body, media_type=JSON, headers=result.headers)
+
+
+async def _frames(relay: StreamRelay) -> AsyncGenerator[bytes, None]:
+    """The relay as Litestar's `Stream` reads it; closed (and metered) however the response ends.
+    Litestar cancels a stream whose client left through an anyio cancel scope, which cancels again
+    at every await until the scope exits: the clean-up runs shielded from it."""
+    try:
+        while (frame := await relay.next_frame()) is not None:
+            yield frame
+    finally:
+        with anyio.move_on_after(METER_GRACE_S, shield=True):
+            await relay.close()
 
 
 _ANY_OBJECT = {"type": "object"}

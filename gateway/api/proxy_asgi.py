@@ -18,7 +18,7 @@ from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
-from gateway.api.sse_relay import relay_sse
+from gateway.api.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
 from gateway.http_cycle import DIRECT_WRITES, Cycle
 from gateway.providers.base import Endpoint
@@ -72,7 +72,7 @@ class ProxyFront:
         if failed is not None:  # sent after the handlers: no await inside one (setup.py, HOT_PATH)
             return await _send(scope, send, failed.status, failed.headers, failed.body)
         if result.frames is not None:
-            await relay_sse(receive, send, result.headers, result.frames, _direct(scope))
+            await relay_sse(receive, send, _encoded(SSE, result.headers), result.frames, _direct(scope))
         else:
             await _send(scope, send, 200, result.headers, result.body)
         return None
@@ -103,9 +103,14 @@ def _direct(scope: Scope) -> Cycle | None:
     return cycle
 
 
-async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
-    encoded = [_JSON]
+def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    encoded = [content_type]
     encoded += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    return encoded
+
+
+async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+    encoded = _encoded(_JSON, headers)
     cycle = _direct(scope)
     if cycle is not None:  # `gateway serve`: the whole response in one write, no ASGI messages
         return cycle.write_whole(status, encoded, body)

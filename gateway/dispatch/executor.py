@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -46,7 +46,9 @@ class Reply(Protocol):
     @property
     def headers(self) -> Mapping[str, str]: ...
 
-    def chunks(self) -> AsyncIterator[bytes]: ...
+    async def next_chunk(self) -> bytes | None:
+        """The next piece of the body as it arrives; None at its end."""
+        ...
 
     async def read(self, limit: int) -> bytes:
         """The whole body; UpstreamTooLarge once it passes `limit` bytes."""
@@ -254,9 +256,7 @@ class Executor:
                 deployment,
                 adapter.stream_translator(call),
                 reply,
-                [],
                 SSEDecoder(),
-                reply.chunks(),
                 in_flight,
                 self._max_response,
             )

@@ -15,21 +15,23 @@ from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamTooLarge, Ups
 
 
 class HttpxReply:
-    __slots__ = ("_response", "headers", "status")
+    __slots__ = ("_chunks", "_response", "headers", "status")
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
+        self._chunks: AsyncIterator[bytes] | None = None
         self.status = response.status_code
         self.headers = {name.lower(): value for name, value in response.headers.items()}
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def next_chunk(self) -> bytes | None:
+        if self._chunks is None:
+            self._chunks = self._response.aiter_bytes()
         with map_httpx_errors():
-            async for chunk in self._response.aiter_bytes():
-                yield chunk
+            return await anext(self._chunks, None)
 
     async def read(self, limit: int) -> bytes:
         parts, size = [], 0
-        async for chunk in self.chunks():
+        while (chunk := await self.next_chunk()) is not None:
             size += len(chunk)
             if size > limit:
                 raise UpstreamTooLarge

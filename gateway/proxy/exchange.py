@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 from gateway.limits import estimate_tokens, requested_max_tokens
 from gateway.providers.base import Endpoint
+from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext
 from gateway.records import record
@@ -70,7 +71,7 @@ class ProxyExchange:
 class ProxyResult:
     headers: dict[str, str]
     body: bytes = b""
-    frames: AsyncGenerator[bytes, None] | None = None  # an SSE stream instead of a body
+    frames: StreamRelay | None = None  # an SSE stream instead of a body
 
 
 async def run_proxy(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +25,7 @@ from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import cost_of, uncached_cost_of
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
-from gateway.proxy.relay import relay
+from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
 from gateway.records import record
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
@@ -247,9 +247,9 @@ class ProxyService:
             raise failure
         return stream
 
-    def relay(self, ctx: ProxyContext, stream: OpenStream) -> AsyncGenerator[bytes, None]:
+    def relay(self, ctx: ProxyContext, stream: OpenStream) -> StreamRelay:
         """Relay frames as they come; meter once at the end, however the stream ends."""
-        return relay(self, ctx, stream)
+        return StreamRelay(self, ctx, stream)
 
     async def meter_stream(
         self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None

@@ -3,40 +3,48 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 
-from gateway.api.sse_relay import relay_sse
+from gateway.api.sse_relay import SSE, relay_sse
 
 
 class Upstream:
-    """A relay generator's stand-in: yields frames, records whether its clean-up ran."""
+    """A relay's stand-in (`gateway.proxy.relay.StreamRelay`): frames, then a clean-up it records."""
 
     def __init__(self, frames: int, gap_s: float = 0.0) -> None:
         self.frames, self.gap_s = frames, gap_s
-        self.cleaned_up = False
+        self.closes = 0
         self.sent = 0
 
-    async def relay(self) -> AsyncGenerator[bytes, None]:
-        try:
-            for i in range(self.frames):
-                if self.gap_s:
-                    await asyncio.sleep(self.gap_s)
-                self.sent += 1
-                yield b"data: %d\n\n" % i
-        finally:
-            await asyncio.sleep(0)  # clean-up that awaits, as closing the upstream and metering do
-            self.cleaned_up = True
+    @property
+    def cleaned_up(self) -> bool:
+        return self.closes > 0
+
+    async def next_frame(self) -> bytes | None:
+        if self.sent == self.frames:
+            return None
+        if self.gap_s:
+            await asyncio.sleep(self.gap_s)
+        self.sent += 1
+        return b"data: %d\n\n" % (self.sent - 1)
+
+    async def close(self) -> None:
+        await asyncio.sleep(0)  # clean-up that awaits, as closing the upstream and metering do
+        self.closes += 1
 
 
 class Client:
-    def __init__(self, leaves_after_s: float | None = None, send_fails: bool = False) -> None:
+    def __init__(
+        self, leaves_after_s: float | None = None, send_fails: bool = False, upstream: Upstream | None = None
+    ) -> None:
         self.messages: list[dict[str, Any]] = []
         self.leaves_after_s = leaves_after_s
         self.send_fails = send_fails
         self.done = asyncio.Event()
+        self.upstream = upstream
+        self.closed_before_the_end: bool | None = None
 
     async def receive(self) -> dict[str, Any]:
         if self.leaves_after_s is not None:
@@ -50,44 +58,60 @@ class Client:
             raise OSError("connection reset")
         self.messages.append(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
+            self.closed_before_the_end = self.upstream is not None and self.upstream.cleaned_up
             self.done.set()
 
 
 async def test_every_frame_goes_out_then_the_end_of_the_body() -> None:
-    upstream, client = Upstream(frames=5), Client()
-    await relay_sse(client.receive, client.send, {"x-request-id": "req_1"}, upstream.relay())
+    upstream = Upstream(frames=5)
+    client = Client(upstream=upstream)
+    await relay_sse(client.receive, client.send, [SSE, (b"x-request-id", b"req_1")], upstream)
     start, *bodies = client.messages
     assert start["status"] == 200
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
     assert (b"x-request-id", b"req_1") in start["headers"]
     assert [m["body"] for m in bodies] == [b"data: %d\n\n" % i for i in range(5)] + [b""]
     assert [m["more_body"] for m in bodies] == [True] * 5 + [False]
-    assert upstream.cleaned_up
+    assert client.closed_before_the_end  # metered before the client has the whole stream
+    assert upstream.closes == 1
 
 
 async def test_a_client_leaving_stops_the_relay_at_once_and_the_clean_up_runs() -> None:
     upstream, client = Upstream(frames=1000, gap_s=0.01), Client(leaves_after_s=0.05)
     task = asyncio.current_task()
     assert task is not None
-    await asyncio.wait_for(relay_sse(client.receive, client.send, {}, upstream.relay()), timeout=5)
+    await asyncio.wait_for(relay_sse(client.receive, client.send, [SSE], upstream), timeout=5)
     assert upstream.cleaned_up
     assert upstream.sent < 50  # stopped within a few frames, not after the 1,000
     assert not client.done.is_set()  # the body was never ended: the client is gone
     assert task.cancelling() == 0  # the relay's own cancellation does not leak to its caller
+    assert upstream.closes == 1
 
 
 async def test_a_failed_send_still_closes_the_relay() -> None:
     upstream, client = Upstream(frames=5), Client(send_fails=True)
     with pytest.raises(OSError, match="connection reset"):
-        await relay_sse(client.receive, client.send, {}, upstream.relay())
+        await relay_sse(client.receive, client.send, [SSE], upstream)
     assert upstream.cleaned_up
 
 
 async def test_cancellation_from_outside_propagates_after_the_clean_up() -> None:
     upstream, client = Upstream(frames=1000, gap_s=0.01), Client()
-    relay = asyncio.ensure_future(relay_sse(client.receive, client.send, {}, upstream.relay()))
+    relay = asyncio.ensure_future(relay_sse(client.receive, client.send, [SSE], upstream))
     await asyncio.sleep(0.05)
     relay.cancel()
     with pytest.raises(asyncio.CancelledError):
         await relay
     assert upstream.cleaned_up
+
+
+async def test_a_head_that_cannot_be_sent_still_closes_the_relay() -> None:
+    class Gone(Client):
+        async def send(self, message: dict[str, Any]) -> None:
+            raise OSError("connection reset")
+
+    upstream = Upstream(frames=5)
+    with pytest.raises(OSError, match="connection reset"):
+        await relay_sse(Gone().receive, Gone().send, [SSE], upstream)
+    assert upstream.closes == 1
+    assert upstream.sent == 0

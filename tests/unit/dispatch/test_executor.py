@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from gateway.dispatch.executor import Attempts, Executor, backoff_delay
+from gateway.dispatch.stream import OpenStream
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import Deployment, DeploymentTable
@@ -305,6 +306,17 @@ async def test_responses_over_the_size_cap_are_refused(
 # --- streams --------------------------------------------------------------------------------------
 
 
+async def frames_of(stream: OpenStream, received: list[bytes] | None = None) -> list[bytes]:
+    """Every frame of the stream as the relay reads them, then the stream closed, however it ends."""
+    received = [] if received is None else received
+    try:
+        while (frames := await stream.next_frames()) is not None:
+            received.append(frames)
+    finally:
+        await stream.close()
+    return received
+
+
 async def test_a_stream_is_relayed_frame_by_frame_with_its_usage(
     upstream: RunningUpstream, harnesses: list[Harness]
 ) -> None:
@@ -312,7 +324,7 @@ async def test_a_stream_is_relayed_frame_by_frame_with_its_usage(
     attempts = Attempts()
 
     stream = await harness.executor.open_stream(harness.deployment(), chat_call(stream=True), attempts, 3)
-    frames = [frame async for frame in stream.frames()]
+    frames = await frames_of(stream)
 
     assert frames[-1] == b"data: [DONE]\n\n"
     assert all(frame.startswith(b"data: ") and frame.endswith(b"\n\n") for frame in frames)
@@ -343,12 +355,8 @@ async def test_a_stream_dropped_after_its_first_frames_ends_in_an_error_and_is_n
     stream = await harness.executor.open_stream(harness.deployment(), chat_call(stream=True), Attempts(), 3)
     received: list[bytes] = []
 
-    async def relay() -> None:
-        async for frame in stream.frames():
-            received.append(frame)
-
     with pytest.raises(UpstreamError):
-        await relay()
+        await frames_of(stream, received)
 
     assert received and b"[DONE]" not in b"".join(received)
     assert not stream.finished
