@@ -6,7 +6,6 @@ touched); responses and stream chunks pass through verbatim, decoded only as far
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,6 +85,23 @@ class OpenAIAdapter:
         return classify_status(status, openai_error_detail(body), headers)
 
 
+def _skip_space(body: bytes, at: int) -> int:
+    while at < len(body) and body[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _object_after(body: bytes, at: int) -> int:
+    """Where the members start of the object that `: {` opens at `at` (whitespace allowed), or -1."""
+    at = _skip_space(body, at)
+    if at >= len(body) or body[at] != _COLON:
+        return -1
+    at = _skip_space(body, at + 1)
+    if at >= len(body) or body[at] != _OPEN:
+        return -1
+    return at + 1
+
+
 def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
     """The message/type/param/code of an OpenAI error object; empty when the body is not one."""
     try:
@@ -106,8 +122,9 @@ def _stream_or_body_error(error: ErrorObject | str) -> UpstreamError:
     return UpstreamError(f"the upstream reported an error: {message or 'no message'}")
 
 
-_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{(\s*\})?')
 _CACHED_DETAILS = b'"prompt_tokens_details":{"cached_tokens":0}'
+_SPACE = frozenset(b" \t\n\r")  # JSON's whitespace
+_COLON, _OPEN, _CLOSE = ord(":"), ord("{"), ord("}")
 
 
 def _with_cached_tokens(body: bytes) -> bytes:
@@ -120,11 +137,12 @@ def _with_cached_tokens(body: bytes) -> bytes:
     (The caller found a top-level `usage` object, so `"usage"` is in the body.)"""
     first = body.find(b'"usage"')
     if body.find(b'"usage"', first + 1) == -1 and b'"prompt_tokens_details"' not in body:
-        opening = _USAGE_KEY.match(body, first)
-        if opening is not None and opening.group(1) is not None:  # "usage": {}
-            return body[:first] + b'"usage":{' + _CACHED_DETAILS + b"}" + body[opening.end() :]
-        if opening is not None:
-            return body[: opening.end()] + _CACHED_DETAILS + b"," + body[opening.end() :]
+        opening = _object_after(body, first + len(b'"usage"'))
+        if opening != -1:
+            inside = _skip_space(body, opening)
+            if inside < len(body) and body[inside] == _CLOSE:  # "usage": {}
+                return b"".join((body[:first], b'"usage":{', _CACHED_DETAILS, b"}", body[inside + 1 :]))
+            return b"".join((body[:opening], _CACHED_DETAILS, b",", body[opening:]))
     document: dict[str, Any] = msgspec.json.decode(body)
     usage = document["usage"]
     details = usage.get("prompt_tokens_details")

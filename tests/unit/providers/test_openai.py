@@ -331,3 +331,14 @@ def test_a_second_usage_object_elsewhere_is_left_alone() -> None:
     parsed = json.loads(ADAPTER.parse_response(call(BODY), json.dumps(document).encode()).body)
     assert parsed["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
     assert parsed["choices"][0]["usage"] == {"note": 1}
+
+
+def test_the_member_is_spliced_in_and_every_other_byte_kept() -> None:
+    """The body is not decoded and encoded again: its own spacing and key order stay as sent."""
+    before = b'{"id": "c",  "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],\n'
+    body = before + b'  "usage" : { "prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11 }}'
+    spliced = before + (
+        b'  "usage" : {"prompt_tokens_details":{"cached_tokens":0}, "prompt_tokens": 9, '
+        b'"completion_tokens": 2, "total_tokens": 11 }}'
+    )
+    assert ADAPTER.parse_response(call(BODY), body).body == spliced
