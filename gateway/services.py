@@ -89,6 +89,8 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.executor.aclose()
+        with contextlib.suppress(Exception):  # Redis gone: the start-up reconcile restores the spend
+            await self.limiter.aclose()
         if self.redis is not None:
             await self.redis.aclose()
         await self.engine.dispose()

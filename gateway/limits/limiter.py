@@ -54,6 +54,10 @@ class Limiter(Protocol):
         """A key's or team's spend counter for a month (`2026-11`)."""
         ...
 
+    async def aclose(self) -> None:
+        """Write what is held back (a graceful stop)."""
+        ...
+
 
 def used_tokens(event: UsageEvent) -> int:
     """What a request really used: OpenAI-format prompt tokens include cached and cache-write ones."""
@@ -89,6 +93,9 @@ class MemoryLimiter:
 
     async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
         return from_units(self.spent_units(spend_key(scope, owner, month)))
+
+    async def aclose(self) -> None:
+        return None  # everything is in this process already
 
     async def admit(self, principal: Principal, estimated_tokens: int) -> Admission:
         now = self._now()

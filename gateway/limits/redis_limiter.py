@@ -13,6 +13,7 @@ last spend read plus what this process settled meanwhile, which is added to Redi
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Sequence
 from decimal import Decimal
@@ -147,6 +148,9 @@ def window_key(window: Window) -> str:
     return f"gw:rate:{window.scope}:{window.owner}:{window.kind}"
 
 
+DEFERRED_SPEND_S = 0.5  # how long the spend of callers no budget binds is summed before it is written
+
+
 def _budget_arg(units: int | None) -> str:
     return "" if units is None else str(units)
 
@@ -169,6 +173,10 @@ class RedisLimiter:
         self._batcher = batcher or PipelineBatcher(redis)  # settles of the same moment share a round trip
         self._known: dict[str, int] = {}  # spend counters as last read from Redis
         self._pending: dict[str, int] = {}  # spend settled while Redis was unreachable
+        # Spend of callers whom no budget binds, summed per pair of counters until the next write
+        self._deferred: dict[tuple[str, str], int] = {}
+        self._deferred_write: asyncio.TimerHandle | None = None
+        self._writing: set[asyncio.Task[None]] = set()
         self.degraded = False
 
     def _now_arg(self) -> str:
@@ -224,10 +232,56 @@ class RedisLimiter:
 
     def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> Awaitable[None]:
         """Queued before this returns, so that it shares the round trip of the usage append its
-        caller makes next; the awaitable is its outcome."""
+        caller makes next; the awaitable is its outcome.
+
+        A caller whom no window or budget binds (`Principal.unlimited`) has nothing to settle now:
+        its spend is only kept for a budget set later. It is summed here and written every
+        `DEFERRED_SPEND_S` (one command per key and team, not one per request); a process that
+        dies first loses at most that much, which the start-up reconcile restores from the usage
+        records."""
         month = month_of(event.created_at)
         names = (spend_key("key", event.key_id, month), spend_key("team", event.team_id, month))
+        if principal.unlimited:
+            self._defer(names, to_units(event.cost))
+            return _nothing()
         return self._apply(principal, names, to_units(event.cost), used_tokens(event) - estimated_tokens)
+
+    def _defer(self, names: tuple[str, str], units: int) -> None:
+        if not units:
+            return
+        self._deferred[names] = self._deferred.get(names, 0) + units
+        if self._deferred_write is None:
+            loop = asyncio.get_running_loop()
+            self._deferred_write = loop.call_later(DEFERRED_SPEND_S, self._write_deferred_soon)
+
+    def _write_deferred_soon(self) -> None:
+        self._deferred_write = None
+        task = asyncio.ensure_future(self._write_deferred())
+        self._writing.add(task)  # kept until done: a task nobody holds may be collected mid-way
+        task.add_done_callback(self._writing.discard)
+
+    async def _write_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, {}
+        await asyncio.gather(*(self._add_spend(names, units) for names, units in deferred.items()))
+
+    def _add_spend(self, names: tuple[str, str], units: int) -> Awaitable[None]:
+        keys = list(names)
+        if self._pending:
+            return self._apply_after_outage(names, keys, [], units, 0)
+        return self._applied(names, units, self._queue_settle(keys, [], units, 0))
+
+    async def _write_deferred_now(self) -> None:
+        if self._deferred_write is not None:
+            self._deferred_write.cancel()
+            self._deferred_write = None
+        if self._deferred:
+            await self._write_deferred()
+
+    async def aclose(self) -> None:
+        """Write the deferred spend now (a graceful stop), and wait for writes under way."""
+        await self._write_deferred_now()
+        if self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
 
     async def release(self, principal: Principal, estimated_tokens: int) -> None:
         month = month_of(self._wall())
@@ -300,6 +354,7 @@ class RedisLimiter:
         log.info("spend_outage_flushed", counters=len(pending))
 
     async def reconcile(self, spend: MonthSpend) -> None:
+        await self._write_deferred_now()  # the counters to compare with the records are whole
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, units in spend.counters().items():
                 await self._raise(keys=[name], args=[str(units), SPEND_TTL_S], client=pipe)
@@ -308,7 +363,8 @@ class RedisLimiter:
     async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
         name = spend_key(scope, owner, month)
         stored = await self._redis.get(name)
-        return from_units(int(stored or 0) + self._pending.get(name, 0))
+        deferred = sum(units for names, units in self._deferred.items() if name in names)
+        return from_units(int(stored or 0) + self._pending.get(name, 0) + deferred)
 
     def _degrade(self, exc: RedisError) -> None:
         if not self.degraded:

@@ -14,6 +14,9 @@ from tests.unit.limits.conftest import Clock, principal, usage_event
 
 pytestmark = pytest.mark.integration
 
+# A caller a window binds: its spend is settled in Redis at once (an unbound one's is held back)
+BOUND = principal(key_rpm=10**6)
+
 
 async def outcome(limiter: RedisLimiter, tokens: int, **limits: object) -> Admission | GatewayError:
     try:
@@ -64,7 +67,7 @@ async def test_concurrent_settles_sum_exactly_and_the_budget_holds(redis_pair: t
 
     await asyncio.gather(
         *(
-            limiters[i % 2].settle(principal(), usage_event(clock, cost=str(c)), 0)
+            limiters[i % 2].settle(BOUND, usage_event(clock, cost=str(c)), 0)
             for i, c in enumerate(costs)
         )
     )
@@ -79,9 +82,9 @@ async def test_settles_still_count_after_redis_forgets_its_scripts(redis_pair: t
     """Settles run EVALSHA in a shared pipeline; a Redis restart empties its script cache."""
     clock = Clock()
     limiter = RedisLimiter(redis_pair[0], clock)
-    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+    await limiter.settle(BOUND, usage_event(clock, cost="0.25"), 0)
     await redis_pair[0].script_flush()
 
-    await asyncio.gather(*(limiter.settle(principal(), usage_event(clock, cost="0.25"), 0) for _ in range(3)))
+    await asyncio.gather(*(limiter.settle(BOUND, usage_event(clock, cost="0.25"), 0) for _ in range(3)))
 
     assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("1.00")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 
 import fakeredis
@@ -11,7 +12,7 @@ from structlog.testing import capture_logs
 
 from gateway.errors import QuotaExceeded, RateLimited
 from gateway.limits import MonthSpend, RedisLimiter
-from gateway.limits.redis_limiter import _SETTLE
+from gateway.limits.redis_limiter import _SETTLE, DEFERRED_SPEND_S
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.redis_batching import PipelineBatcher
 from tests.support.round_trips import RoundTrips
@@ -37,12 +38,51 @@ async def test_two_processes_share_one_window(fake_server: fakeredis.FakeServer,
 async def test_counters_are_named_per_month_and_expire(fake_redis: FakeRedis, clock: Clock) -> None:
     limiter = RedisLimiter(fake_redis, clock)
     await limiter.admit(principal(key_rpm=10), 0)
-    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+    await limiter.settle(principal(key_rpm=10), usage_event(clock, cost="0.25"), 0)
 
     assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"2500000000"
     assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"2500000000"
     assert 34 * 86_400 < await fake_redis.ttl("gw:spend:team:team_a:2026-11") <= 35 * 86_400
     assert 0 < await fake_redis.pttl("gw:rate:key:key_a:requests") <= 7_000  # full again after 6 s
+
+
+async def test_the_spend_of_a_caller_no_limit_binds_is_written_in_bulk(
+    fake_redis: FakeRedis, clock: Clock
+) -> None:
+    limiter = RedisLimiter(fake_redis, clock)
+    for _ in range(3):
+        await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+
+    assert await fake_redis.get("gw:spend:team:team_a:2026-11") is None  # not one command a request
+    assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("0.75")  # but counted
+    await asyncio.sleep(DEFERRED_SPEND_S + 0.2)
+    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"7500000000"
+    assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"7500000000"
+    assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("0.75")
+
+
+async def test_a_graceful_stop_writes_the_spend_held_back(fake_redis: FakeRedis, clock: Clock) -> None:
+    limiter = RedisLimiter(fake_redis, clock)
+    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+
+    await limiter.aclose()
+
+    assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"2500000000"
+
+
+async def test_spend_held_back_while_redis_is_down_is_written_once_it_is_back(
+    fake_server: fakeredis.FakeServer, fake_redis: FakeRedis, clock: Clock
+) -> None:
+    limiter = RedisLimiter(fake_redis, clock)
+    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+    fake_server.connected = False
+    await limiter.aclose()  # the write fails: the spend waits in the process
+    assert limiter.degraded
+    fake_server.connected = True
+
+    await limiter.settle(principal(key_rpm=10), usage_event(clock, cost="0.5"), 0)
+
+    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"7500000000"
 
 
 async def test_windows_run_on_the_servers_clock_by_default(fake_redis: FakeRedis) -> None:
@@ -80,13 +120,14 @@ async def test_spend_settled_during_an_outage_reaches_redis_once(
 ) -> None:
     limiter = RedisLimiter(fake_redis, clock)
     other = RedisLimiter(FakeRedis(server=fake_server), clock)
+    who = principal(key_rpm=100)  # a bound caller: its spend is settled at once, not held back
     fake_server.connected = False
-    await limiter.settle(principal(), usage_event(clock, cost="0.5"), 0)
-    await limiter.settle(principal(), usage_event(clock, cost="0.25"), 0)
+    await limiter.settle(who, usage_event(clock, cost="0.5"), 0)
+    await limiter.settle(who, usage_event(clock, cost="0.25"), 0)
     fake_server.connected = True
 
-    await limiter.admit(principal(), 0)
-    await limiter.admit(principal(), 0)
+    await limiter.admit(who, 0)
+    await limiter.admit(who, 0)
 
     assert await other.spent_usd("team", "team_a", "2026-11") == Decimal("0.75")
     with pytest.raises(QuotaExceeded):
