@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gateway.auth.bearer import MALFORMED, MISSING, bearer_token
+from gateway.auth.bearer import MALFORMED, MISSING, bearer_token, parse_bearer
 from gateway.errors import AuthenticationFailed
 
 
@@ -26,3 +28,15 @@ def test_malformed_header_is_401(header: str) -> None:
     with pytest.raises(AuthenticationFailed) as caught:
         bearer_token(header)
     assert caught.value.message == MALFORMED
+
+
+def _outcome(read: object, header: str) -> str:
+    try:
+        return "token " + read(header)  # type: ignore[operator]
+    except AuthenticationFailed as exc:
+        return "401 " + exc.message
+
+
+@given(st.text() | st.text().map(lambda rest: "Bearer " + rest))
+def test_the_quick_path_reads_every_header_as_the_general_one(header: str) -> None:
+    assert _outcome(bearer_token, header) == _outcome(parse_bearer, header)
