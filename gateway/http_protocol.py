@@ -179,14 +179,19 @@ class HttpProtocol(asyncio.Protocol):
         scope["method"] = parser.get_method().decode("ascii")
         if http_version != "1.1":
             scope["http_version"] = http_version
-        parsed_url: Any = httptools.parse_url(self.url)  # Any: its stubs say bytes where it may be None
-        raw_path: bytes = parsed_url.path
+        url = self.url
+        query: bytes
+        if url[:1] == b"/" and b"?" not in url and b"#" not in url:  # a plain path: parse_url's answer
+            raw_path, query = url, b""
+        else:
+            parsed_url: Any = httptools.parse_url(url)  # Any: its stubs say bytes where it may be None
+            raw_path, query = parsed_url.path, parsed_url.query or b""
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
         scope["path"] = self.root_path + path
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path if self.root_path else raw_path
-        scope["query_string"] = parsed_url.query or b""
+        scope["query_string"] = query
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             app: Any = service_unavailable

@@ -51,6 +51,11 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         for frame in (b"data: 1\n\n", b"", b"data: 22\n\n"):
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+    elif path.startswith("/scope"):  # what the request line became in the scope
+        body = repr((path, scope["raw_path"], scope["query_string"], scope["method"])).encode()
+        headers = [(b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
     elif path == "/empty":
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
@@ -166,6 +171,11 @@ REQUESTS = {
     "chunked body": b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
     "pipelined": post(b"/a") + post(b"/missing") + post(b"/echo", b"third"),
     "percent path and query": b"GET /a%20b?x=1 HTTP/1.1\r\nhost: x\r\n\r\n",
+    "scope of a plain path": b"GET /scope/v1/chat HTTP/1.1\r\nhost: x\r\n\r\n",
+    "scope of a query": b"GET /scope?a=1&b=%20 HTTP/1.1\r\nhost: x\r\n\r\n",
+    "scope of an empty query": b"GET /scope? HTTP/1.1\r\nhost: x\r\n\r\n",
+    "scope of a percent path": b"GET /scope%2Fx%20y HTTP/1.1\r\nhost: x\r\n\r\n",
+    "scope of an absolute url": b"GET http://x/scope/abs?q=1 HTTP/1.1\r\nhost: x\r\n\r\n",
     "app raises": post(b"/raises"),
     "app answers nothing": post(b"/nothing"),
     "not http": b"NOT HTTP AT ALL\r\n\r\n",
