@@ -132,11 +132,12 @@ def _with_cached_tokens(body: bytes) -> bytes:
 
     Servers that leave it out (vLLM, most OpenAI-compatible ones) send it on every response, so
     the member is spliced in after `"usage":{` when that opening is the body's only one and no
-    `prompt_tokens_details` is there at all: JSON escapes every quote inside a string, so the bytes
+    `prompt_tokens_details` follows it: JSON escapes every quote inside a string, so the bytes
     `"usage":{` can only open an object under that key. Anything else is decoded and re-encoded.
     (The caller found a top-level `usage` object, so `"usage"` is in the body.)"""
     first = body.find(b'"usage"')
-    if body.find(b'"usage"', first + 1) == -1 and b'"prompt_tokens_details"' not in body:
+    # (a member of usage comes after its key: the rest of the body is where to look for one)
+    if body.find(b'"usage"', first + 1) == -1 and body.find(b'"prompt_tokens_details"', first) == -1:
         opening = _object_after(body, first + len(b'"usage"'))
         if opening != -1:
             inside = _skip_space(body, opening)
