@@ -113,8 +113,10 @@ class PipelineBatcher:
     def _queue(self, queued: _Queued) -> _Queued:
         self._pending.append(queued)
         if self._flusher is None:
-            self._loop = asyncio.get_running_loop()
-            self._flusher = self._loop.create_task(self._drain())
+            loop = self._loop
+            if loop is None or not loop.is_running():  # the loop of the last round trip, if it still runs
+                loop = self._loop = asyncio.get_running_loop()
+            self._flusher = loop.create_task(self._drain())
         return queued
 
     def _wait(self, queued: _Queued) -> asyncio.Future[Any]:
