@@ -66,10 +66,7 @@ async def test_concurrent_settles_sum_exactly_and_the_budget_holds(redis_pair: t
     costs = [Decimal("0.0000013") * i + Decimal("0.0000000007") for i in range(400)]
 
     await asyncio.gather(
-        *(
-            limiters[i % 2].settle(BOUND, usage_event(clock, cost=str(c)), 0)
-            for i, c in enumerate(costs)
-        )
+        *(limiters[i % 2].settle(BOUND, usage_event(clock, cost=str(c)), 0) for i, c in enumerate(costs))
     )
 
     total = sum(costs, Decimal(0))
