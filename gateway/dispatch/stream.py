@@ -39,7 +39,6 @@ class OpenStream:
         self.received = 0
         self.frames_sent = 0
         self.finished = False  # the upstream ended the stream and every frame was decoded
-        self._tail_taken = False
         self._closed = False
 
     async def read_first_frames(self) -> None:
@@ -68,7 +67,7 @@ class OpenStream:
             first, self.first_frames = self.first_frames, []
             self.frames_sent += len(first)
             return b"".join(first)
-        while not self._tail_taken:
+        while not self.finished:
             chunk = await self.reply.next_chunk()
             if chunk is None:
                 tail = self._tail()
@@ -84,7 +83,6 @@ class OpenStream:
 
     def _tail(self) -> list[bytes]:
         """What the decoder and translator hold once the upstream has ended (not counted as sent)."""
-        self._tail_taken = True
         tail: list[bytes] = []
         for data in self.decoder.close():
             tail.extend(self.translator.feed(data))

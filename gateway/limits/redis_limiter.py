@@ -262,13 +262,9 @@ class RedisLimiter:
 
     async def _write_deferred(self) -> None:
         deferred, self._deferred = self._deferred, {}
-        await asyncio.gather(*(self._add_spend(names, units) for names, units in deferred.items()))
-
-    def _add_spend(self, names: tuple[str, str], units: int) -> Awaitable[None]:
-        keys = list(names)
-        if self._pending:
-            return self._apply_after_outage(names, keys, [], units, 0)
-        return self._applied(names, units, self._queue_settle(keys, [], units, 0))
+        await asyncio.gather(
+            *(self._settle_counters(names, list(names), [], units, 0) for names, units in deferred.items())
+        )
 
     async def _write_deferred_now(self) -> None:
         if self._deferred_write is not None:
@@ -293,6 +289,11 @@ class RedisLimiter:
         if not units and not windows:
             return _nothing()
         keys, limits = [*names, *map(window_key, windows)], [w.limit for w in windows]
+        return self._settle_counters(names, keys, limits, units, delta)
+
+    def _settle_counters(
+        self, names: tuple[str, str], keys: list[str], limits: list[int], units: int, delta: int
+    ) -> Awaitable[None]:
         if self._pending:  # what was settled during an outage goes to Redis first
             return self._apply_after_outage(names, keys, limits, units, delta)
         return self._applied(names, units, self._queue_settle(keys, limits, units, delta))
