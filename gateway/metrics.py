@@ -22,6 +22,7 @@ from gateway.metering.events import UsageEvent
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+_LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
 class Buckets:
@@ -64,6 +65,7 @@ class Metrics:
         self._latency: dict[str, Buckets] = {}  # by provider
         self._ttft: dict[str, Buckets] = {}
         self.overhead = Buckets(_OVERHEAD_BUCKETS)
+        self.loop_lag = Buckets(_LOOP_LAG_BUCKETS)
         self.registry.register(_HotPathCollector(self))
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
@@ -102,6 +104,9 @@ class Metrics:
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(seconds)
 
+    def observe_loop_lag(self, seconds: float) -> None:
+        self.loop_lag.observe(seconds)
+
     def render(self, gauges: Callable[[], None] | None = None) -> bytes:
         if gauges is not None:
             gauges()
@@ -134,6 +139,12 @@ class Metrics:
         )
         overhead.add_metric([], self.overhead.cumulative(), self.overhead.sum)
         yield overhead
+        lag = HistogramMetricFamily(
+            "gateway_event_loop_lag_seconds",
+            "How late the worker's event loop ran a timer: the time requests wait for its CPU",
+        )
+        lag.add_metric([], self.loop_lag.cumulative(), self.loop_lag.sum)
+        yield lag
 
 
 def _histogram(name: str, documentation: str, by_provider: dict[str, Buckets]) -> HistogramMetricFamily:

@@ -108,3 +108,11 @@ def test_the_gauges_are_exposed(stack: Stack) -> None:
     for gauge in ("gateway_open_circuits", "gateway_active_batch_pins", "gateway_metering_backlog"):
         assert (gauge, ()) in series
         assert series[(gauge, ())] >= 0
+
+
+def test_the_serving_loop_is_watched_for_lag(stack: Stack) -> None:
+    before = scrape(stack)
+    time.sleep(0.35)  # three or more of the probe's 100 ms ticks
+    after = scrape(stack)
+    assert moved(before, after, "gateway_event_loop_lag_seconds_count") >= 2
+    assert moved(before, after, "gateway_event_loop_lag_seconds_bucket", le="+Inf") >= 2

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.metrics import Metrics
+from gateway.services import watch_loop_lag
 from tests.unit.metering.conftest import EventFactory
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -69,3 +74,28 @@ def test_an_unscraped_app_exposes_its_families_empty() -> None:
     series = scrape(Metrics())
     assert series[("gateway_overhead_seconds_count", ())] == 0
     assert ("gateway_open_circuits", ()) in series
+
+
+def test_a_blocked_event_loop_shows_as_lag() -> None:
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        watcher = asyncio.create_task(watch_loop_lag(metrics, interval_s=0.01))
+        await asyncio.sleep(0.05)  # a few prompt ticks
+        time.sleep(0.08)  # the loop held: the tick due meanwhile runs ~80 ms late
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+    asyncio.run(scenario())
+    series = scrape(metrics)
+
+    def bucket(le: str) -> float:
+        return series[("gateway_event_loop_lag_seconds_bucket", (("le", le),))]
+
+    count = series[("gateway_event_loop_lag_seconds_count", ())]
+    assert count >= 5
+    assert bucket("+Inf") - bucket("0.05") >= 1  # the held tick, and only lateness from holding it
+    assert bucket("0.05") >= count - 2  # the other ticks were on time
+    assert series[("gateway_event_loop_lag_seconds_sum", ())] >= 0.05
