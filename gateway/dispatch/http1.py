@@ -81,7 +81,7 @@ class Reply:
         """Decoded when asked for (an error's Retry-After): a success never reads them."""
         if self._headers is None:
             self._headers = {
-                name.decode("latin-1"): value.decode("latin-1") for name, value in self._raw_headers
+                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._raw_headers
             }
         return self._headers
 

@@ -89,7 +89,6 @@ class Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._error: UpstreamError | None = None
-        self._delimited = False  # the body has a length or is chunked: EOF before its end is an error
 
     # --- asyncio.Protocol -------------------------------------------------------------------
 
@@ -106,7 +105,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.headers_done and not self.complete and not self._delimited:
+        if self.headers_done and not self.complete and not self._delimited():
             self.complete = True  # a body delimited by the end of the connection has ended
         elif not self.complete and self._error is None:
             if self.headers_done:
@@ -121,7 +120,7 @@ class Connection(asyncio.Protocol):
         self._head_size += len(name) + len(value or b"")
         if self._head_size > MAX_HEAD:
             raise UpstreamError("The upstream response headers exceed the gateway's size limit")
-        self.raw_headers.append((name.lower(), value or b""))
+        self.raw_headers.append((name, value or b""))  # as sent: lower-cased only when read
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
@@ -131,9 +130,6 @@ class Connection(asyncio.Protocol):
             return
         self.status = status
         self.headers_done = True
-        self._delimited = any(
-            name in (b"content-length", b"transfer-encoding") for name, _ in self.raw_headers
-        )
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -151,6 +147,10 @@ class Connection(asyncio.Protocol):
         self.complete = True
         self.keep_alive = self._parser.should_keep_alive()
         self._wake()
+
+    def _delimited(self) -> bool:
+        """The body has a length or is chunked: the connection's end before the body's is an error."""
+        return any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.raw_headers)
 
     # --- the exchange -----------------------------------------------------------------------
 

@@ -147,6 +147,34 @@ async def test_a_body_delimited_by_the_end_of_the_connection(pool: UpstreamPool)
     assert server.connections == 2  # "connection: close" is never reused
 
 
+async def test_header_names_are_read_in_lower_case_whatever_the_upstream_sent(pool: UpstreamPool) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nCONTENT-LENGTH: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async with Scripted(handler) as server:
+        reply = await pool.request("POST", server.url, {}, b"{}", connect_timeout=5, read_timeout=5)
+        assert reply.status == 429
+        assert reply.headers["retry-after"] == "7"
+        assert reply.headers["content-length"] == "2"
+        await reply.aclose()
+
+
+@pytest.mark.parametrize("length_header", [b"content-length", b"Content-Length", b"CONTENT-LENGTH"])
+async def test_a_body_cut_short_is_an_error_however_its_length_is_spelled(
+    pool: UpstreamPool, length_header: bytes
+) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n" + length_header + b": 100\r\n\r\nonly this")
+        await writer.drain()
+
+    async with Scripted(handler) as server:
+        with pytest.raises(UpstreamError, match="mid-response"):
+            await fetch(pool, server.url)
+
+
 async def test_a_body_cut_short_is_an_error(pool: UpstreamPool) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
