@@ -11,7 +11,7 @@ documenting these endpoints in the OpenAPI schema and serving them to in-process
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from litestar import Litestar
 from litestar.enums import ScopeType
@@ -29,6 +29,7 @@ ENDPOINTS = {
     "/v1/completions": Endpoint.COMPLETIONS,
     "/v1/embeddings": Endpoint.EMBEDDINGS,
 }
+_HTTP: Final = ScopeType.HTTP  # read once: see gateway.providers.openai on Enum members
 _JSON = (b"content-type", b"application/json")
 
 
@@ -46,7 +47,7 @@ class ProxyFront:
         self._max_body = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = ENDPOINTS.get(scope["path"]) if scope["type"] == ScopeType.HTTP else None
+        endpoint = ENDPOINTS.get(scope["path"]) if scope["type"] == _HTTP else None
         if endpoint is not None and scope.get("method") == "POST":
             await self._serve(scope, receive, send, endpoint)
         else:

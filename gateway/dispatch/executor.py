@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.sse import SSEDecoder
@@ -35,6 +35,9 @@ from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
 MOCK_BASE_URL = "http://mock.invalid/v1"
 T = TypeVar("T")
+# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
+# (see gateway.providers.openai).
+_MOCK: Final = ProviderKind.MOCK
 
 
 class Reply(Protocol):
@@ -122,7 +125,7 @@ class Executor:
         self._round_robin = {name: itertools.cycle(urls) for name, urls in self._urls.items()}
         self._network: UpstreamClient = UpstreamPool()
         self._mock: UpstreamClient | None = None
-        if any(p.kind is ProviderKind.MOCK for p in catalog.providers):
+        if any(p.kind is _MOCK for p in catalog.providers):
             from gateway.dispatch.httpx_bridge import HttpxUpstream
             from gateway.mockupstream.behaviour import MockBehaviour
             from gateway.mockupstream.transport import InProcessMockTransport
@@ -135,7 +138,7 @@ class Executor:
             await self._mock.aclose()
 
     def _client_for(self, provider: Provider) -> UpstreamClient:
-        if provider.kind is ProviderKind.MOCK and self._mock is not None:
+        if provider.kind is _MOCK and self._mock is not None:
             return self._mock
         return self._network
 

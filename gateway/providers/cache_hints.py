@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Any, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -20,6 +20,9 @@ from gateway.settings import Provider, ProviderKind
 HintMode = Literal["openai", "strip", "pass"]
 
 OPENAI_HINT_FIELDS = ("prompt_cache_key", "prompt_cache_retention")
+# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
+# (see gateway.providers.openai).
+_AZURE: Final = ProviderKind.AZURE
 
 
 def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
@@ -58,7 +61,7 @@ def hint_mode(provider: Provider, base_url: str) -> HintMode:
     """The provider's `cache_hints` setting, with "auto" resolved (OpenAI and Azure get "openai")."""
     if provider.cache_hints in ("openai", "strip", "pass"):
         return provider.cache_hints  # type: ignore[return-value]
-    if provider.kind is ProviderKind.AZURE or _is_openai_api(base_url):
+    if provider.kind is _AZURE or _is_openai_api(base_url):
         return "openai"
     return "strip"
 

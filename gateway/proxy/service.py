@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -37,6 +37,11 @@ from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployme
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
+# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
+# (see gateway.providers.openai).
+_UPSTREAM: Final = UsageSource.UPSTREAM
+_ESTIMATED: Final = UsageSource.ESTIMATED
+_NO_USAGE: Final = UsageSource.NONE
 
 
 class UsageSink(Protocol):
@@ -233,7 +238,7 @@ class ProxyService:
             await self._meter_failure(ctx, failure)
             raise failure
         assert ctx.deployment is not None
-        await self._meter(ctx, ctx.deployment, 200, response.usage, UsageSource.UPSTREAM)
+        await self._meter(ctx, ctx.deployment, 200, response.usage, _UPSTREAM)
         return Completed(ctx.deployment, response)
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
@@ -255,9 +260,9 @@ class ProxyService:
         self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None
     ) -> None:
         """The usage record of a stream that has ended: upstream counts, or estimated without them."""
-        usage, source = stream.translator.usage, UsageSource.UPSTREAM
+        usage, source = stream.translator.usage, _UPSTREAM
         if usage is None:
-            usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
+            usage, source = self._estimate(ctx, stream.frames_sent), _ESTIMATED
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
         await self._meter(ctx, stream.deployment, status, usage, source, error_code)
@@ -277,7 +282,7 @@ class ProxyService:
     async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
         if ctx.deployment is None or ctx.attempts.count == 0:
             return  # never reached an upstream: nothing to bill, nothing to record
-        await self._meter(ctx, ctx.deployment, exc.status, None, UsageSource.NONE, exc.code)
+        await self._meter(ctx, ctx.deployment, exc.status, None, _NO_USAGE, exc.code)
         exc.logged = True
 
     async def _meter(
@@ -307,7 +312,7 @@ class ProxyService:
             completion_tokens=tokens.completion_tokens,
             cached_tokens=tokens.cached_tokens,
             cache_write_tokens=tokens.cache_write_tokens,
-            usage_source=source if usage is not None else UsageSource.NONE,
+            usage_source=source if usage is not None else _NO_USAGE,
             cost=cost_of(tokens, deployment.price),
             uncached_cost=uncached_cost_of(tokens, deployment.price),
             latency_ms=round((time.perf_counter() - ctx.started) * 1000, 3),

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -24,6 +25,12 @@ class CircuitState(str, Enum):
     HALF_OPEN = "half_open"  # cool-down over: traffic may probe again
 
 
+# Read once: see gateway.providers.openai on Enum members.
+_CLOSED: Final = CircuitState.CLOSED
+_OPEN: Final = CircuitState.OPEN
+_HALF_OPEN: Final = CircuitState.HALF_OPEN
+
+
 @dataclass(slots=True)
 class Circuit:
     failures: int = 0  # consecutive
@@ -31,8 +38,8 @@ class Circuit:
 
     def state(self, now: float, cooldown_s: float) -> CircuitState:
         if self.opened_at is None:
-            return CircuitState.CLOSED
-        return CircuitState.OPEN if now - self.opened_at < cooldown_s else CircuitState.HALF_OPEN
+            return _CLOSED
+        return _OPEN if now - self.opened_at < cooldown_s else _HALF_OPEN
 
 
 _NONE_OPEN: frozenset[str] = frozenset()
@@ -71,7 +78,7 @@ class HealthBoard:
     def _apply_failure(self, circuit: Circuit) -> None:
         now = self._clock()
         circuit.failures += 1
-        reopen = circuit.state(now, self._settings.cooldown_s) is CircuitState.HALF_OPEN
+        reopen = circuit.state(now, self._settings.cooldown_s) is _HALF_OPEN
         if circuit.failures >= self._settings.failure_threshold and (circuit.opened_at is None or reopen):
             circuit.opened_at = now
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
+from typing import Final
 
 from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
 from gateway.records import record
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback
+
+# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
+# (see gateway.providers.openai).
+_NEVER: Final = Fallback.NEVER
 
 
 @record
@@ -113,7 +118,7 @@ def plan_route(
         names = ", ".join(d.id for d in eligible)
         raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
     ordered = healthy if directives.providers else weighted_order(healthy, rng)
-    bound = directives.batch is not None or directives.fallback is Fallback.NEVER
+    bound = directives.batch is not None or directives.fallback is _NEVER
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
 
 
