@@ -36,6 +36,18 @@ class Scripted:
         self.server: asyncio.Server | None = None
         self.url = ""
 
+    @classmethod
+    def answering(cls, response: bytes) -> Scripted:
+        """A server that reads one request per connection and answers it with `response`."""
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await server.read_request(reader)
+            writer.write(response)
+            await writer.drain()
+
+        server = cls(handler)
+        return server
+
     async def __aenter__(self) -> Scripted:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
@@ -84,12 +96,7 @@ async def fetch(
 
 
 async def test_the_request_head_carries_target_host_headers_and_length(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(OK)
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(OK) as server:
         status, body = await fetch(pool, server.url, b'{"a":1}')
     assert (status, body) == (200, b'{"ok":true}')
     head, _, sent = server.requests[0].partition(b"\r\n\r\n")
@@ -136,24 +143,16 @@ async def test_chunks_arrive_before_the_body_ends(pool: UpstreamPool) -> None:
 
 
 async def test_a_body_delimited_by_the_end_of_the_connection(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it") as server:
         assert await fetch(pool, server.url) == (200, b"all of it")
         assert await fetch(pool, server.url) == (200, b"all of it")
     assert server.connections == 2  # "connection: close" is never reused
 
 
 async def test_header_names_are_read_in_lower_case_whatever_the_upstream_sent(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nCONTENT-LENGTH: 2\r\n\r\n{}")
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nCONTENT-LENGTH: 2\r\n\r\n{}"
+    ) as server:
         reply = await pool.request("POST", server.url, {}, b"{}", connect_timeout=5, read_timeout=5)
         assert reply.status == 429
         assert reply.headers["retry-after"] == "7"
@@ -165,23 +164,9 @@ async def test_header_names_are_read_in_lower_case_whatever_the_upstream_sent(po
 async def test_a_body_cut_short_is_an_error_however_its_length_is_spelled(
     pool: UpstreamPool, length_header: bytes
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\n" + length_header + b": 100\r\n\r\nonly this")
-        await writer.drain()
-
-    async with Scripted(handler) as server:
-        with pytest.raises(UpstreamError, match="mid-response"):
-            await fetch(pool, server.url)
-
-
-async def test_a_body_cut_short_is_an_error(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this")
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(
+        b"HTTP/1.1 200 OK\r\n" + length_header + b": 100\r\n\r\nonly this"
+    ) as server:
         with pytest.raises(UpstreamError, match="mid-response"):
             await fetch(pool, server.url)
 
@@ -242,22 +227,12 @@ async def test_garbage_is_an_invalid_response(pool: UpstreamPool) -> None:
 
 
 async def test_an_interim_100_continue_is_skipped(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + OK)
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(b"HTTP/1.1 100 Continue\r\n\r\n" + OK) as server:
         assert await fetch(pool, server.url) == (200, b'{"ok":true}')
 
 
 async def test_an_idle_connection_the_upstream_closed_is_not_reused(pool: UpstreamPool) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(OK)
-        await writer.drain()  # then the server closes the kept-alive connection
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(OK) as server:  # one answer, then the connection closes
         assert await fetch(pool, server.url) == (200, b'{"ok":true}')
         await asyncio.sleep(0.05)  # the close reaches the pool
         assert await fetch(pool, server.url) == (200, b'{"ok":true}')
@@ -282,12 +257,9 @@ async def test_a_reply_left_unread_does_not_return_its_connection(pool: Upstream
 async def test_a_large_body_arrives_whole_through_flow_control(pool: UpstreamPool) -> None:
     payload = bytes(range(256)) * 8192  # 2 MiB, several times the read-pause threshold
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await server.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(payload) + payload)
-        await writer.drain()
-
-    async with Scripted(handler) as server:
+    async with Scripted.answering(
+        b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(payload) + payload
+    ) as server:
         reply = await pool.request("POST", server.url, {}, b"{}", connect_timeout=5, read_timeout=5)
         received = []
         async for chunk in reply.chunks():
