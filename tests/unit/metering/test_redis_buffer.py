@@ -53,6 +53,25 @@ async def test_round_trip_then_ack_deletes(redis: Redis, stream: str, make_event
     assert await buffer.read(10, block_ms=0) == []
 
 
+async def test_acks_of_several_batches_and_of_more_ids_than_a_slice_all_land(
+    redis: Redis, stream: str, make_event: EventFactory
+) -> None:
+    buffer = buffer_on(redis, stream, maxlen=10_000)
+    await asyncio.gather(*(buffer.append(make_event()) for _ in range(2_345)))
+    first = await buffer.read(2_001, block_ms=0)  # the script acks in slices of 1,000 ids
+    rest = await buffer.read(1_000, block_ms=0)
+    pending_before = (await redis.xpending(stream, "writers"))["pending"]
+
+    # Two acks in the same loop iteration go out merged into one script call.
+    await asyncio.gather(buffer.ack([i for i, _ in first]), buffer.ack([i for i, _ in rest[:-1]]))
+
+    assert pending_before == 2_345
+    assert (await redis.xpending(stream, "writers"))["pending"] == 1
+    assert await redis.xlen(stream) == 1
+    remaining = await redis.xrange(stream)
+    assert remaining[0][0].decode() == rest[-1][0]
+
+
 async def test_read_on_an_empty_stream_returns_after_block_ms(redis: Redis, stream: str) -> None:
     entries = await asyncio.wait_for(buffer_on(redis, stream).read(10, block_ms=50), timeout=5)
     assert entries == []
