@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import UsageRecord
 from gateway.db.session import create_engine, session_factory
+from gateway.gc_tuning import tune_for_serving
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer import UsageWriter
@@ -68,6 +69,7 @@ async def main(events: int, batch_size: int, redis_url: str) -> None:
     redis = Redis.from_url(redis_url)
     buffer = RedisStreamBuffer(redis, stream=f"gateway_bench:usage:{uuid.uuid4().hex}")
     writer = UsageWriter(buffer, session_factory(engine), batch_size=batch_size)
+    tune_for_serving()  # as `gateway metering-writer` does once it has started
     try:
         started = time.perf_counter()
         for chunk in range(0, events, 50):

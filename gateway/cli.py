@@ -88,7 +88,7 @@ def cmd_metering_writer(args: argparse.Namespace) -> int:
         )
         return 2
     configure_logging(settings.log_format)
-    uvloop.run(run_writer(settings, parent_pid=args.parent_pid))
+    uvloop.run(run_writer(settings, parent_pid=args.parent_pid, tune_gc=True))
     return 0
 
 

@@ -4,7 +4,10 @@ and stops when the `gateway serve` that started it is gone."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -12,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import UsageRecord
+from gateway.gc_tuning import MIDDLE_COLLECTIONS_PER_OLD, YOUNG_ALLOCATIONS, YOUNG_COLLECTIONS_PER_MIDDLE
 from gateway.metering import writer_process
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer_process import run_writer
@@ -80,3 +84,53 @@ async def test_a_parent_already_gone_stops_it_at_once() -> None:
     stop = asyncio.Event()
     await asyncio.wait_for(writer_process._stop_when_orphaned(finished.pid, stop), 1)
     assert stop.is_set()
+
+
+# `gateway metering-writer` in a fresh interpreter, stopped by SIGTERM after a moment, then a report
+# of its garbage collector; or `run_writer` as tests call it.
+_WRITER_AND_REPORT = """
+import asyncio, gc, json, os, signal, sys, threading
+import gateway.cli
+from gateway.metering.writer_process import run_writer
+from gateway.settings import load_settings
+
+if sys.argv[1] == "cli":
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    gateway.cli.main(["metering-writer"])
+else:
+    stop = asyncio.Event()
+    async def briefly():
+        asyncio.get_running_loop().call_later(0.5, stop.set)
+        await run_writer(load_settings(), stop=stop)
+    asyncio.run(briefly())
+print(json.dumps({"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def _writer_report(how: str) -> dict[str, object]:
+    env = os.environ | {
+        "GATEWAY_CONFIG": str(REPO / "config" / "gateway.yaml"),
+        "GATEWAY_DATABASE_URL": pg_url("gateway_test_metering"),
+        "GATEWAY_REDIS_URL": REDIS_URL,
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _WRITER_AND_REPORT, how], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=60, check=True,
+    )  # fmt: skip
+    report: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_the_writer_process_freezes_start_up_objects_and_collects_less_often() -> None:
+    report = _writer_report("cli")
+    assert report["threshold"] == [
+        YOUNG_ALLOCATIONS,
+        YOUNG_COLLECTIONS_PER_MIDDLE,
+        MIDDLE_COLLECTIONS_PER_OLD,
+    ]
+    frozen = report["frozen"]
+    assert isinstance(frozen, int) and frozen > 10_000  # the imports and the start-up, at least
+
+
+def test_a_writer_run_in_a_test_leaves_the_collector_alone() -> None:
+    assert _writer_report("function") == {"threshold": [700, 10, 10], "frozen": 0}
