@@ -273,6 +273,8 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                 raise ConfigError(f"{where}.deployments[{j}].weight: must be positive")
             for field in ("input", "output", "cached_input", "cache_write"):
                 value = getattr(deployment.price, field)
+                if value is not None and not value.is_finite():
+                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must be a finite number")
                 if value is not None and value < 0:
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
     _check_tuning(catalog, path)

@@ -1,4 +1,11 @@
-"""Prices token usage exactly: `Decimal` arithmetic on USD-per-million-token prices, no floats."""
+"""Prices token usage exactly: integer arithmetic on USD-per-million-token prices, no floats.
+
+A deployment's `Price` (decimals, as configured) becomes a `Tariff` once, when the catalog is
+loaded: each rate as a whole number of 10**-scale USD per million tokens, `scale` the most decimal
+places any of its rates has. A request's cost is then a sum of integer products, exact, made a
+`Decimal` once; `Decimal` arithmetic per request (four products, three sums and a division, twice)
+had been a twentieth of the request's instructions (docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -7,25 +14,60 @@ from decimal import Decimal
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
 
-PER_TOKENS = Decimal(1_000_000)
+PER_MILLION_DIGITS = 6  # prices are per million tokens
+
+
+class Tariff:
+    """A price in integers: `input`, `cached_input`, `cache_write` and `output` in units of
+    10**-`scale` USD per million tokens (the cache rates already fallen back to `input`)."""
+
+    def __init__(self, price: Price) -> None:
+        cached_input = price.input if price.cached_input is None else price.cached_input
+        cache_write = price.input if price.cache_write is None else price.cache_write
+        rates = (price.input, cached_input, cache_write, price.output)
+        scale = max(0, *(_decimal_places(rate) for rate in rates))
+        self.scale = scale
+        self.input = _whole(price.input, scale)
+        self.cached_input = _whole(cached_input, scale)
+        self.cache_write = _whole(cache_write, scale)
+        self.output = _whole(price.output, scale)
+        self._usd_exponent = -(scale + PER_MILLION_DIGITS)
+
+    def cost(self, usage: TokenUsage) -> Decimal:
+        """What the request costs: cached reads and cache writes at their own prices."""
+        prompt, cached, written = usage.prompt_tokens, usage.cached_tokens, usage.cache_write_tokens
+        units = (
+            max(prompt - cached - written, 0) * self.input
+            + cached * self.cached_input
+            + written * self.cache_write
+            + usage.completion_tokens * self.output
+        )
+        return Decimal(units).scaleb(self._usd_exponent)
+
+    def uncached_cost(self, usage: TokenUsage) -> Decimal:
+        """What the request would have cost with every prompt token at the plain input price."""
+        units = usage.prompt_tokens * self.input + usage.completion_tokens * self.output
+        return Decimal(units).scaleb(self._usd_exponent)
+
+
+def _decimal_places(rate: Decimal) -> int:
+    exponent = rate.as_tuple().exponent
+    if not isinstance(exponent, int):  # 'n', 'N' or 'F': the catalog refuses these (gateway.settings)
+        raise ValueError(f"a price must be a finite number, not {rate}")
+    return -exponent
+
+
+def _whole(rate: Decimal, scale: int) -> int:
+    return int(rate.scaleb(scale))
 
 
 def cost_of(usage: TokenUsage, price: Price) -> Decimal:
-    """What the request costs: cached reads and cache writes at their own prices when configured."""
-    cached_price = price.input if price.cached_input is None else price.cached_input
-    write_price = price.input if price.cache_write is None else price.cache_write
-    micro_usd = (
-        uncached_prompt_tokens(usage) * price.input
-        + usage.cached_tokens * cached_price
-        + usage.cache_write_tokens * write_price
-        + usage.completion_tokens * price.output
-    )
-    return micro_usd / PER_TOKENS
+    """`Tariff(price).cost(usage)`, for one-off use; the request path keeps each deployment's tariff."""
+    return Tariff(price).cost(usage)
 
 
 def uncached_cost_of(usage: TokenUsage, price: Price) -> Decimal:
-    """What the request would have cost with every prompt token at the plain input price."""
-    return (usage.prompt_tokens * price.input + usage.completion_tokens * price.output) / PER_TOKENS
+    return Tariff(price).uncached_cost(usage)
 
 
 def uncached_prompt_tokens(usage: TokenUsage) -> int:

@@ -22,7 +22,6 @@ from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
 from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.metering.pricing import cost_of, uncached_cost_of
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.relay import StreamRelay
@@ -313,8 +312,8 @@ class ProxyService:
             cached_tokens=tokens.cached_tokens,
             cache_write_tokens=tokens.cache_write_tokens,
             usage_source=source if usage is not None else _NO_USAGE,
-            cost=cost_of(tokens, deployment.price),
-            uncached_cost=uncached_cost_of(tokens, deployment.price),
+            cost=deployment.tariff.cost(tokens),
+            uncached_cost=deployment.tariff.uncached_cost(tokens),
             latency_ms=round((time.perf_counter() - ctx.started) * 1000, 3),
             ttft_ms=round(ctx.attempts.ttft_s * 1000, 3) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,

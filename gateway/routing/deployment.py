@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.metering.pricing import Tariff
 from gateway.settings import Catalog, Price, Provider
 
 
@@ -14,6 +15,7 @@ class Deployment:
     provider: Provider
     upstream_model: str
     price: Price
+    tariff: Tariff  # the price in integers, for the request path (gateway.metering.pricing)
     weight: float = 1.0
 
     @property
@@ -40,6 +42,7 @@ class DeploymentTable:
                     provider=providers[spec.provider],
                     upstream_model=spec.model,
                     price=spec.price,
+                    tariff=Tariff(spec.price),
                     weight=spec.weight,
                 )
                 for spec in model.deployments

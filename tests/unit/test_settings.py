@@ -209,6 +209,8 @@ def test_an_unknown_top_level_key_is_named(tmp_path: Path) -> None:
         ("      - provider: vllm-eu", "      - provider: vllm-us", "models[0].deployments[0].provider: unknown provider 'vllm-us' (known: vllm-eu)"),
         ("        model: meta", "        weight: 0\n        model: meta", "models[0].deployments[0].weight: must be positive"),
         ("        model: meta", "        price: {output: -1}\n        model: meta", "models[0].deployments[0].price.output: must not be negative"),
+        ("        model: meta", "        price: {input: .inf}\n        model: meta", "models[0].deployments[0].price.input: must be a finite number"),
+        ("        model: meta", "        price: {cache_write: NaN}\n        model: meta", "models[0].deployments[0].price.cache_write: must be a finite number"),
         ("    deployments:\n      - provider: vllm-eu\n        model: meta-llama/Llama-3.1-70B-Instruct", "    deployments: []", "models[0].deployments: a model needs at least one deployment"),
     ],
 )  # fmt: skip

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 
 import pytest
 
-from gateway.metering.pricing import cost_of, money_str, uncached_cost_of, uncached_prompt_tokens
+from gateway.metering.pricing import Tariff, cost_of, money_str, uncached_cost_of, uncached_prompt_tokens
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
 
@@ -72,3 +73,51 @@ def test_zero_usage_costs_nothing() -> None:
 )
 def test_money_str_is_plain_and_exact(amount: Decimal, text: str) -> None:
     assert money_str(amount) == text
+
+
+def _decimal_formula(usage: TokenUsage, price: Price) -> tuple[Decimal, Decimal]:
+    """Cost and uncached cost in Decimal arithmetic throughout, as the prices read."""
+    cached = price.input if price.cached_input is None else price.cached_input
+    write = price.input if price.cache_write is None else price.cache_write
+    micro_usd = (
+        uncached_prompt_tokens(usage) * price.input
+        + usage.cached_tokens * cached
+        + usage.cache_write_tokens * write
+        + usage.completion_tokens * price.output
+    )
+    uncached = usage.prompt_tokens * price.input + usage.completion_tokens * price.output
+    return micro_usd / Decimal(1_000_000), uncached / Decimal(1_000_000)
+
+
+_RATES = ["0", "0.1", "2.50", "10", "0.0375", "3.141592653", "1E+1", "15.000", "0.00000001", "1234.5"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_integer_tariff_prices_exactly_as_decimal_arithmetic(seed: int) -> None:
+    rng = random.Random(seed)
+    price = Price(
+        input=Decimal(rng.choice(_RATES)),
+        output=Decimal(rng.choice(_RATES)),
+        cached_input=rng.choice([None, Decimal(rng.choice(_RATES))]),
+        cache_write=rng.choice([None, Decimal(rng.choice(_RATES))]),
+    )
+    tariff = Tariff(price)
+    for _ in range(50):
+        prompt = rng.choice([0, 1, 7, 1200, 10**6, rng.randrange(10**9)])
+        usage = TokenUsage(
+            prompt_tokens=prompt,
+            completion_tokens=rng.choice([0, 1, 300, rng.randrange(10**7)]),
+            cached_tokens=rng.randrange(prompt + 50),  # now and then more than the prompt
+            cache_write_tokens=rng.choice([0, rng.randrange(prompt + 1)]),
+        )
+        cost, uncached = _decimal_formula(usage, price)
+        assert tariff.cost(usage) == cost
+        assert tariff.uncached_cost(usage) == uncached
+        assert money_str(tariff.cost(usage)) == money_str(cost)
+
+
+def test_a_tariff_keeps_the_most_decimal_places_of_its_rates() -> None:
+    tariff = Tariff(Price(input=Decimal("0.0375"), output=Decimal("1E+1"), cached_input=Decimal("3.5")))
+    assert (tariff.scale, tariff.input, tariff.cached_input, tariff.cache_write, tariff.output) == (
+        4, 375, 35_000, 375, 100_000
+    )  # fmt: skip
