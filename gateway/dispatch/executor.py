@@ -39,6 +39,10 @@ T = TypeVar("T")
 # (see gateway.providers.openai).
 _MOCK: Final = ProviderKind.MOCK
 
+# Module attributes read once into statics (Final): `time.perf_counter` read in a function is a
+# module-attribute lookup per call in the compiled build (docs/performance.md).
+_perf_counter: Final = time.perf_counter
+
 
 class Reply(Protocol):
     """An upstream's answer: status and headers (lower-case names), then the body as it arrives."""
@@ -188,21 +192,21 @@ class Executor:
         """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out."""
         for attempt in range(1, max_attempts + 1):
             attempts.count += 1
-            started = time.perf_counter()
+            started = _perf_counter()
             failure: UpstreamError | None = None
             try:
                 result = await once()
             except UpstreamError as exc:
                 failure = exc
             if failure is not None:  # after the handler: no await inside one (setup.py, HOT_PATH)
-                attempts.upstream_s += time.perf_counter() - started
+                attempts.upstream_s += _perf_counter() - started
                 attempts.errors.append(failure.code or failure.type)
                 await self._on_failure(deployment, failure)
                 if not failure.retryable or attempt == max_attempts:
                     raise failure
                 await asyncio.sleep(self._backoff(attempt, failure))
                 continue
-            elapsed = time.perf_counter() - started
+            elapsed = _perf_counter() - started
             attempts.upstream_s += elapsed
             attempts.ttft_s = elapsed
             await self._health.record_success(deployment.id)

@@ -23,6 +23,8 @@ OPENAI_HINT_FIELDS = ("prompt_cache_key", "prompt_cache_retention")
 # Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
 # (see gateway.providers.openai).
 _AZURE: Final = ProviderKind.AZURE
+_sha256: Final = hashlib.sha256  # statics in the compiled build: no module-attribute lookups per call
+_json_encode: Final = msgspec.json.encode
 
 
 def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
@@ -41,9 +43,9 @@ def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
         if last_tool is None:
             return None
         prefix = {"tools": tools[: last_tool + 1], "messages": []}
-    digest = hashlib.sha256(team_id.encode())
+    digest = _sha256(team_id.encode())
     digest.update(b"\x00")
-    digest.update(msgspec.json.encode(prefix, order="sorted"))
+    digest.update(_json_encode(prefix, order="sorted"))
     return digest.hexdigest()[:32]
 
 

@@ -29,6 +29,10 @@ DONE_FRAME = b"data: [DONE]\n\n"
 # __getattr__ hook, ~1,400 instructions a read from compiled code (docs/performance.md).
 _CHAT: Final = Endpoint.CHAT
 _EMBEDDINGS: Final = Endpoint.EMBEDDINGS
+# Module attributes read once into statics (Final): `msgspec.json.encode` read in a function is
+# two module-attribute lookups per call in the compiled build (docs/performance.md).
+_json_encode: Final = msgspec.json.encode
+_json_decode: Final = msgspec.json.decode
 
 
 def token_usage(usage: Usage) -> TokenUsage:
@@ -59,7 +63,7 @@ class OpenAIAdapter:
         return UpstreamRequest(
             url=self.url(call, provider, base_url.rstrip("/")),
             headers=headers,
-            content=msgspec.json.encode(body),
+            content=_json_encode(body),
         )
 
     def url(self, call: UpstreamCall, provider: Provider, base_url: str) -> str:
@@ -70,7 +74,7 @@ class OpenAIAdapter:
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:
-            metered = msgspec.json.decode(body, type=Metered)
+            metered = _json_decode(body, type=Metered)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("not a JSON object") from None
         if metered.error is not None and metered.choices is None:
@@ -109,7 +113,7 @@ def _object_after(body: bytes, at: int) -> int:
 def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
     """The message/type/param/code of an OpenAI error object; empty when the body is not one."""
     try:
-        envelope = msgspec.json.decode(body, type=ErrorEnvelope)
+        envelope = _json_decode(body, type=ErrorEnvelope)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return UpstreamErrorDetail()
     error = envelope.error
@@ -148,11 +152,11 @@ def _with_cached_tokens(body: bytes) -> bytes:
             if inside < len(body) and body[inside] == _CLOSE:  # "usage": {}
                 return b"".join((body[:first], b'"usage":{', _CACHED_DETAILS, b"}", body[inside + 1 :]))
             return b"".join((body[:opening], _CACHED_DETAILS, b",", body[opening:]))
-    document: dict[str, Any] = msgspec.json.decode(body)
+    document: dict[str, Any] = _json_decode(body)
     usage = document["usage"]
     details = usage.get("prompt_tokens_details")
     usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": 0}
-    return msgspec.json.encode(document)
+    return _json_encode(document)
 
 
 class OpenAIStreamTranslator:
@@ -194,6 +198,6 @@ def _may_carry_usage(data: bytes) -> bool:
 
 def _decode_chunk(data: bytes) -> Metered:
     try:
-        return msgspec.json.decode(data, type=Metered)
+        return _json_decode(data, type=Metered)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a JSON object") from None

@@ -172,3 +172,59 @@ def is_mock(provider):
 """
     module = importlib.import_module("gateway.settings")
     assert _enum_reads_in_functions(module, ast.parse(source)) == ["ProviderKind.MOCK, line 5"]
+
+
+_STATIC_MODULES = ("time", "hashlib", "msgspec")  # their functions are called on the request path
+
+
+def _module_calls_in_functions(tree: ast.Module) -> list[str]:
+    """`time.perf_counter()` or `msgspec.json.encode(...)` called inside a function: the compiled
+    build looks each module attribute up on every call (~250 instructions a level), where a `Final`
+    module-level name bound to the function is a static read."""
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name in _STATIC_MODULES
+    }
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) or function.name == "__init__":
+            continue  # an object's set-up runs once, not per request
+        raised = {id(node.exc) for node in ast.walk(function) if isinstance(node, ast.Raise)}
+        for node in ast.walk(function):
+            if (
+                not isinstance(node, ast.Call)
+                or not isinstance(node.func, ast.Attribute)
+                or id(node) in raised
+            ):
+                continue  # an exception built to be raised is off the request's way
+            root = node.func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                found.append(f"{ast.unparse(node.func)}, line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("path", HOT_PATH)
+def test_hot_path_functions_call_no_function_through_its_module(path: str) -> None:
+    assert _module_calls_in_functions(ast.parse((ROOT / path).read_text())) == []
+
+
+def test_the_module_call_check_finds_a_call_through_a_module() -> None:
+    source = """
+import time
+import msgspec
+
+def elapsed(started):
+    return time.perf_counter() - started
+
+def encode(body):
+    return msgspec.json.encode(body)
+"""
+    assert _module_calls_in_functions(ast.parse(source)) == [
+        "time.perf_counter, line 6",
+        "msgspec.json.encode, line 9",
+    ]
