@@ -11,7 +11,7 @@ documenting these endpoints in the OpenAPI schema and serving them to in-process
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from litestar import Litestar
 from litestar.enums import ScopeType
@@ -23,6 +23,7 @@ from gateway.errors import GatewayError
 from gateway.http_cycle import DIRECT_WRITES, Cycle
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, run_proxy
+from gateway.services import Services
 
 ENDPOINTS = {
     "/v1/chat/completions": Endpoint.CHAT,
@@ -45,13 +46,37 @@ class ProxyFront:
     def __init__(self, app: Litestar, max_body_bytes: int) -> None:
         self.app = app
         self._max_body = max_body_bytes
+        # The app's services while its lifespan has them open: `app.state.services` is Litestar's
+        # `State.__getattr__`, interpreted, after a failed attribute lookup (~5,000 instructions).
+        self._services: Services | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = ENDPOINTS.get(scope["path"]) if scope["type"] == _HTTP else None
+        kind: str = scope["type"]  # str: the ASGI types leave out the lifespan scope
+        endpoint = ENDPOINTS.get(scope["path"]) if kind == _HTTP else None
         if endpoint is not None and scope.get("method") == "POST":
             await self._serve(scope, receive, send, endpoint)
+        elif kind == "lifespan":
+            await self.app(scope, receive, self._watching_lifespan(send))
         else:
             await self.app(scope, receive, send)
+
+    def _watching_lifespan(self, send: Send) -> Send:
+        async def forward(message: Any) -> None:  # Any: Litestar's `Message` has no lifespan messages
+            if message["type"] == "lifespan.startup.complete":
+                self._services = self.app.state.services
+            elif message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                self._services = None
+            await send(message)
+
+        return cast(Send, forward)
+
+    def services(self) -> Services:
+        """The services of the running app (read from its state when no lifespan ran here)."""
+        services = self._services
+        if services is None:
+            found: Services = self.app.state.services
+            return found
+        return services
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
         headers = {
@@ -61,7 +86,7 @@ class ProxyFront:
         failed: ErrorReply | None = None
         try:
             raw = await self._body(receive, headers)
-            result = await run_proxy(self.app.state.services, exchange, headers, raw, endpoint)
+            result = await run_proxy(self.services(), exchange, headers, raw, endpoint)
         except GatewayError as exc:
             failed = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
         except BodyTooLarge:
