@@ -26,7 +26,7 @@ from typing import Final
 from gateway.dispatch.http1_connection import Connection, request_head, target_of
 from gateway.errors import UpstreamMisconfigured, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 
-# Module attributes read once into statics (Final): `time.perf_counter` read in a function is a
+# Module attributes read once into statics (Final): `time.monotonic` read in a function is a
 # module-attribute lookup per call in the compiled build (docs/performance.md).
 _monotonic: Final = time.monotonic
 

@@ -41,16 +41,16 @@ for i = 1, #ARGV do redis.call('XADD', KEYS[1], '*', 'event', ARGV[i]) end
 return #ARGV
 """
 # KEYS[1] the stream; ARGV[1] the group, then the ids of written entries: acked and deleted at once
-# (as XACK then XDEL in a MULTI would), in slices that stay under Lua's limit on unpacked values.
+# (as XACK then XDEL in a MULTI would), 1,000 ids at a time (under Lua's limit on unpacked values).
 _ACK = """
 local acked = 0
-for i = 2, #ARGV, ACK_SLICE do
-  local last = math.min(i + ACK_SLICE - 1, #ARGV)
+for i = 2, #ARGV, 1000 do
+  local last = math.min(i + 999, #ARGV)
   acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, i, last))
   redis.call('XDEL', KEYS[1], unpack(ARGV, i, last))
 end
 return acked
-""".replace("ACK_SLICE", "1000")
+"""
 
 
 def unique_consumer_name() -> str:
