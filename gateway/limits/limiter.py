@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
@@ -18,17 +19,23 @@ from gateway.limits.headers import rate_limit_headers, rate_limited
 from gateway.limits.spend import MonthSpend, budget_refusal, from_units, month_of, spend_key, to_units
 from gateway.limits.windows import Scope, Window, corrected_tat, cost_in, weigh, windows_for
 from gateway.metering.events import UsageEvent
-from gateway.records import record
 
 Clock = Callable[[], float]  # wall-clock unix seconds
 
 
-@record
+@dataclass(slots=True)
 class Admission:
     """A request let in: the tokens reserved for it and the x-ratelimit-* headers to answer with."""
 
     estimated_tokens: int
     headers: dict[str, str]
+
+    # A class of the compiled build, not a `record`: read on every request, where a Struct's
+    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
+    # the one dataclasses generates is interpreted.
+    def __init__(self, estimated_tokens: int, headers: dict[str, str]) -> None:
+        self.estimated_tokens = estimated_tokens
+        self.headers = headers
 
 
 class Limiter(Protocol):

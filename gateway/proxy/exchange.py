@@ -20,7 +20,6 @@ from gateway.providers.base import Endpoint
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext
-from gateway.records import record
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.services import Services
@@ -72,11 +71,19 @@ class ProxyExchange:
         self.principal = None
 
 
-@record
+@dataclass(slots=True)
 class ProxyResult:
     headers: dict[str, str]
-    body: bytes = b""
-    frames: StreamRelay | None = None  # an SSE stream instead of a body
+    body: bytes
+    frames: StreamRelay | None  # an SSE stream instead of a body
+
+    # A class of the compiled build, not a `record`: read on every request, where a Struct's
+    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
+    # the one dataclasses generates is interpreted.
+    def __init__(self, headers: dict[str, str], body: bytes = b"", frames: StreamRelay | None = None) -> None:
+        self.headers = headers
+        self.body = body
+        self.frames = frames
 
 
 async def run_proxy(

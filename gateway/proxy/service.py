@@ -26,7 +26,6 @@ from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
-from gateway.records import record
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
@@ -101,10 +100,17 @@ class ProxyContext:
         self.moved = False
 
 
-@record
+@dataclass(slots=True)
 class Completed:
     deployment: Deployment
     response: UpstreamResponse
+
+    # A class of the compiled build, not a `record`: read on every request, where a Struct's
+    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
+    # the one dataclasses generates is interpreted.
+    def __init__(self, deployment: Deployment, response: UpstreamResponse) -> None:
+        self.deployment = deployment
+        self.response = response
 
 
 class ProxyService:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
-from gateway.records import record
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback
 
@@ -23,13 +23,23 @@ _NEVER: Final = Fallback.NEVER
 _blake2b: Final = hashlib.blake2b  # a static in the compiled build: no module-attribute lookup per call
 
 
-@record
+@dataclass(slots=True)
 class RoutePlan:
     """Deployments to try, in order. `pinned`: never leave deployments[0] (batch or fallback=never)."""
 
     deployments: tuple[Deployment, ...]
-    batch: str | None = None
-    pinned: bool = False
+    batch: str | None
+    pinned: bool
+
+    # A class of the compiled build, not a `record`: read on every request, where a Struct's
+    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
+    # the one dataclasses generates is interpreted.
+    def __init__(
+        self, deployments: tuple[Deployment, ...], batch: str | None = None, pinned: bool = False
+    ) -> None:
+        self.deployments = deployments
+        self.batch = batch
+        self.pinned = pinned
 
     @property
     def first(self) -> Deployment:
