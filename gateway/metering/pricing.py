@@ -61,20 +61,6 @@ def _whole(rate: Decimal, scale: int) -> int:
     return int(rate.scaleb(scale))
 
 
-def cost_of(usage: TokenUsage, price: Price) -> Decimal:
-    """`Tariff(price).cost(usage)`, for one-off use; the request path keeps each deployment's tariff."""
-    return Tariff(price).cost(usage)
-
-
-def uncached_cost_of(usage: TokenUsage, price: Price) -> Decimal:
-    return Tariff(price).uncached_cost(usage)
-
-
-def uncached_prompt_tokens(usage: TokenUsage) -> int:
-    """Prompt tokens neither read from nor written to a cache (never negative)."""
-    return max(usage.prompt_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
-
-
 def money_str(amount: Decimal) -> str:
     """An exact decimal string with no exponent and no trailing zeros: `0.000006`, `12.5`, `0`."""
     text = format(amount.normalize(), "f")

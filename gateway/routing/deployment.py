@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.metering.pricing import Tariff
-from gateway.settings import Catalog, Price, Provider
+from gateway.settings import Catalog, Provider
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,8 +14,7 @@ class Deployment:
     model: str  # the public alias
     provider: Provider
     upstream_model: str
-    price: Price
-    tariff: Tariff  # the price in integers, for the request path (gateway.metering.pricing)
+    tariff: Tariff  # the configured price, in integers (gateway.metering.pricing)
     weight: float = 1.0
 
     @property
@@ -41,7 +40,6 @@ class DeploymentTable:
                     model=model.name,
                     provider=providers[spec.provider],
                     upstream_model=spec.model,
-                    price=spec.price,
                     tariff=Tariff(spec.price),
                     weight=spec.weight,
                 )

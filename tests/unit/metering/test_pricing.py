@@ -5,7 +5,7 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.metering.pricing import Tariff, cost_of, money_str, uncached_cost_of, uncached_prompt_tokens
+from gateway.metering.pricing import Tariff, money_str
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
 
@@ -13,6 +13,19 @@ GPT_4O = Price(input=Decimal("2.50"), output=Decimal("10.00"), cached_input=Deci
 SONNET = Price(
     input=Decimal("3"), output=Decimal("15"), cached_input=Decimal("0.30"), cache_write=Decimal("3.75")
 )
+
+
+def cost_of(usage: TokenUsage, price: Price) -> Decimal:
+    return Tariff(price).cost(usage)
+
+
+def uncached_cost_of(usage: TokenUsage, price: Price) -> Decimal:
+    return Tariff(price).uncached_cost(usage)
+
+
+def uncached_prompt_tokens(usage: TokenUsage) -> int:
+    """The reference formula's prompt tokens neither read from nor written to a cache."""
+    return max(usage.prompt_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
 
 
 def test_cached_tokens_are_priced_at_the_cached_input_price() -> None:
