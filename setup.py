@@ -35,6 +35,7 @@ HOT_PATH = [
     "gateway/http_cycle.py",
     "gateway/http_protocol.py",
     "gateway/limits/__init__.py",
+    "gateway/loop_tasks.py",
     "gateway/limits/headers.py",
     "gateway/limits/limiter.py",
     "gateway/limits/redis_limiter.py",

@@ -25,6 +25,7 @@ from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
+from gateway.loop_tasks import start_task
 from gateway.redis_link import Command, link_for, pack
 
 ROUND_TRIP_TIMEOUT_S = 5.0  # redis-py's default socket_timeout, for one whole round trip
@@ -116,7 +117,7 @@ class PipelineBatcher:
             loop = self._loop
             if loop is None or not loop.is_running():  # the loop of the last round trip, if it still runs
                 loop = self._loop = asyncio.get_running_loop()
-            self._flusher = loop.create_task(self._drain())
+            self._flusher = start_task(loop, self._drain(), "redis-round-trip")
         return queued
 
     def _wait(self, queued: _Queued) -> asyncio.Future[Any]:

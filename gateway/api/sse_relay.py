@@ -14,6 +14,7 @@ from litestar.types import Receive, Send
 
 from gateway.api.sse_pump import FrameSource, pump
 from gateway.http_cycle import Cycle
+from gateway.loop_tasks import start_task
 
 SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 
@@ -41,7 +42,7 @@ async def relay_sse(
     whole = False
     try:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        watcher = relaying.get_loop().create_task(_client_leaves(receive))
+        watcher = start_task(relaying.get_loop(), _client_leaves(receive), "sse-client-watch")
         watcher.add_done_callback(lambda w: None if w.cancelled() or w.exception() else relaying.cancel())
         await pump(frames, send, cycle)
         whole = True
