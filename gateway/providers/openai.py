@@ -171,7 +171,8 @@ class OpenAIStreamTranslator:
         if len(data) < 16 and data.strip() == b"[DONE]":  # a chunk is a JSON object, longer than that
             self._done = True
             return [DONE_FRAME]
-        if _may_carry_usage(data) or b'"error"' in data:
+        # (`find`, not `in`: see gateway.dispatch.sse on `bytes in bytes`)
+        if _may_carry_usage(data) or data.find(b'"error"') != -1:
             chunk = _decode_chunk(data)
             if chunk.error is not None:
                 raise _stream_or_body_error(chunk.error)

@@ -228,3 +228,39 @@ def encode(body):
         "time.perf_counter, line 6",
         "msgspec.json.encode, line 9",
     ]
+
+
+_CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.ListComp, ast.SetComp)
+
+
+def _bytes_membership_in_functions(tree: ast.Module) -> list[str]:
+    """`b"\\r" in buffer` inside a function: on CPython 3.11 `bytes in bytes` first tries the
+    needle as an integer, and formats and drops a TypeError (~2,000 instructions a test). One
+    byte is sought as an integer (`13 in buffer`, a `memchr`), several with `find`."""
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            if (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Constant)
+                and isinstance(node.left.value, bytes)
+                and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+                and not isinstance(node.comparators[0], _CONTAINERS)  # sought in a list, not in bytes
+            ):
+                found.append(f"{ast.unparse(node)}, line {node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("path", HOT_PATH)
+def test_hot_path_functions_test_no_bytes_literal_for_membership(path: str) -> None:
+    assert _bytes_membership_in_functions(ast.parse((ROOT / path).read_text())) == []
+
+
+def test_the_membership_check_finds_a_bytes_literal_sought_with_in() -> None:
+    source = """
+def plain(url, options):
+    return b"?" not in url and "gzip" in options and 13 in url and b"x" in [b"x"]
+"""
+    assert _bytes_membership_in_functions(ast.parse(source)) == ["b'?' not in url, line 3"]
