@@ -181,9 +181,10 @@ class Cycle:
         self._started(status)
         content = [STATUS_LINE[status]]
         has_connection_close = False
-        for name, value in protocol.server_state.default_headers + headers:
-            check_header_names(name)
-            check_header_values(value)
+        every = protocol.server_state.default_headers + headers
+        check_header_names(b"".join([header[0] for header in every]))  # as write_whole checks them
+        check_header_values(b"".join([header[1] for header in every]))
+        for name, value in every:
             name = name.lower()
             if name == b"content-length" and self.chunked_encoding is None:
                 self.expected_content_length = int(value.decode())
