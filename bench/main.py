@@ -3,7 +3,8 @@
 Prints, for direct and through-the-gateway, non-streaming and streaming, at each connection count:
 requests/s, p50/p90/p99, the serving process's CPU per request and its peak RSS; then the 50 ms
 upstream at 256 connections, time to first token, 1,000 concurrent streams through one worker and
-the metering writer. Everything it starts it stops, whatever happens.
+the metering writer; last, each target of the benchmark against this run's figures (met, missed,
+or not measured when its section was skipped). Everything it starts it stops, whatever happens.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,10 +24,11 @@ from pathlib import Path
 from bench.load import chat_body, lua_script, run_wrk
 from bench.nginx import Nginx
 from bench.procstat import TreeMeter
-from bench.report import Row, key_values, matrix
+from bench.report import Extras, Row, key_values, matrix, targets
 from bench.stack import REDIS_URL, REPO, Gateway, free_port
 
 MODES = (("non-streaming", "json", False), ("streaming", "sse", True))
+WRITER_RATE = re.compile(r"wrote \d+ records in [\d.]+s \(([\d,]+) records/s\)")  # bench/metering_writer.py
 
 
 class Bench:
@@ -41,6 +44,7 @@ class Bench:
         self.gateway = Gateway(
             workdir, self.nginx.base_url, args.workers, args.server, self.gateway_cpus, compiled=args.compiled
         )
+        self.extras = Extras()  # the figures after the wrk matrix, for the targets' table
 
     def script(self, target: str, flavour: str, stream: bool) -> tuple[str, Path]:
         """(base URL, Lua script) for one target: nginx directly, or the gateway with key and batch."""
@@ -99,7 +103,7 @@ class Bench:
             "ttft", self.gateway.base_url + "/v1/chat/completions", "--model", "bench-drip",
             *self.gateway_headers("drip"),
         )  # fmt: skip
-        added = through["p50_ms"] - direct["p50_ms"]
+        added = self.extras.added_ttft_ms = through["p50_ms"] - direct["p50_ms"]
         return [
             ("direct TTFT p50 / p99 ms", f"{direct['p50_ms']:.2f} / {direct['p99_ms']:.2f}"),
             ("gateway TTFT p50 / p99 ms", f"{through['p50_ms']:.2f} / {through['p99_ms']:.2f}"),
@@ -115,6 +119,8 @@ class Bench:
             "--streams", str(self.args.streams), *self.gateway_headers("hold"),
         )  # fmt: skip
         usage = meter.stop()
+        self.extras.streams, self.extras.streams_failed = int(result["streams"]), int(result["failed"])
+        self.extras.streams_peak_rss_mb = usage.peak_rss_mb
         return [
             ("streams requested / open at once / failed",
              f"{result['streams']:.0f} / {result['peak_open']:.0f} / {result['failed']:.0f}"),
@@ -140,6 +146,8 @@ class Bench:
         command = [sys.executable, str(writer), "--redis-url", REDIS_URL]
         out = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)  # noqa: S603
         lines = (out.stdout.strip() or out.stderr.strip() or "no output").splitlines()
+        rate = WRITER_RATE.search(out.stdout)
+        self.extras.writer_records_s = float(rate.group(1).replace(",", "")) if rate else None
         return [*pairs, ("metering writer (bench/metering_writer.py)", "; ".join(lines[-2:]))]
 
     def run(self) -> str:
@@ -160,6 +168,7 @@ class Bench:
                                        self.hold_streams()))  # fmt: skip
             sent = sum(r.wrk.requests for r in rows if r.target == "gateway")
             sections.append(key_values("metering", self.metering(sent)))
+        sections.append(targets(rows, self.extras))
         return "\n\n".join(sections)
 
     def stop(self) -> None:

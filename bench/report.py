@@ -43,3 +43,82 @@ def key_values(title: str, pairs: list[tuple[str, str]]) -> str:
     lines = [f"| {title} | |", "|---|---:|"]
     lines += [f"| {k} | {v} |" for k, v in pairs]
     return "\n".join(lines)
+
+
+@dataclass
+class Extras:
+    """The figures of the sections after the wrk matrix, when they ran."""
+
+    added_ttft_ms: float | None = None
+    streams: int | None = None
+    streams_failed: int | None = None
+    streams_peak_rss_mb: float | None = None
+    writer_records_s: float | None = None
+
+
+CPU_MS_PER_REQUEST = 0.3
+ADDED_P50_MS = 1.0
+SLOW_P99_MS = 60.0
+ADDED_TTFT_MS = 1.0
+STREAMS_RSS_MB = 150.0
+WRITER_RECORDS_S = 20_000.0
+
+
+def _row(rows: list[Row], target: str, mode: str, connections: int) -> Row | None:
+    return next((r for r in rows if (r.target, r.mode, r.connections) == (target, mode, connections)), None)
+
+
+def _verdict(met: bool | None) -> str:
+    return "not measured" if met is None else ("**met**" if met else "**missed**")
+
+
+def targets(rows: list[Row], extras: Extras) -> str:
+    """Each target of the benchmark against what this run measured: met, missed or not measured."""
+    lines = ["| target | measured | verdict |", "|---|---|---|"]
+
+    loaded = [r for c in (16, 64, 256) if (r := _row(rows, "gateway", "non-streaming", c)) is not None]
+    cpu = " / ".join(f"{r.cpu_ms_per_request:.3f} ms" for r in loaded) or "-"
+    cpu_met = all(r.cpu_ms_per_request <= CPU_MS_PER_REQUEST for r in loaded) if loaded else None
+    lines.append(
+        f"| gateway CPU per non-streaming request <= {CPU_MS_PER_REQUEST} ms, one worker "
+        f"(16 / 64 / 256 connections) | {cpu} | {_verdict(cpu_met)} |"
+    )
+
+    direct, gateway = _row(rows, "direct", "non-streaming", 1), _row(rows, "gateway", "non-streaming", 1)
+    added = gateway.wrk.p50_ms - direct.wrk.p50_ms if direct and gateway else None
+    lines.append(
+        f"| added p50 at 1 connection <= {ADDED_P50_MS:g} ms over direct "
+        f"| {'-' if added is None else f'{added:+.2f} ms'} "
+        f"| {_verdict(None if added is None else added <= ADDED_P50_MS)} |"
+    )
+
+    slow = _row(rows, "gateway", "50 ms upstream", 256)
+    lines.append(
+        f"| 50 ms upstream at 256 connections: p99 <= {SLOW_P99_MS:g} ms "
+        f"| {'-' if slow is None else f'{slow.wrk.p99_ms:.2f} ms'} "
+        f"| {_verdict(None if slow is None else slow.wrk.p99_ms <= SLOW_P99_MS)} |"
+    )
+
+    ttft = extras.added_ttft_ms
+    lines.append(
+        f"| added time to first token (p50) <= {ADDED_TTFT_MS:g} ms "
+        f"| {'-' if ttft is None else f'{ttft:.2f} ms'} "
+        f"| {_verdict(None if ttft is None else ttft <= ADDED_TTFT_MS)} |"
+    )
+
+    rss, failed = extras.streams_peak_rss_mb, extras.streams_failed
+    held, streams_met = "-", None
+    if rss is not None and failed is not None:
+        held, streams_met = f"{rss:.0f} MB, {failed} failed", rss < STREAMS_RSS_MB and failed == 0
+    lines.append(
+        f"| {extras.streams or 1000:,} concurrent streams through one worker under "
+        f"{STREAMS_RSS_MB:g} MB RSS, none failed | {held} | {_verdict(streams_met)} |"
+    )
+
+    rate = extras.writer_records_s
+    lines.append(
+        f"| metering writer >= {WRITER_RECORDS_S:,.0f} records/s into PostgreSQL "
+        f"| {'-' if rate is None else f'{rate:,.0f} records/s'} "
+        f"| {_verdict(None if rate is None else rate >= WRITER_RECORDS_S)} |"
+    )
+    return "\n".join(lines)
