@@ -47,6 +47,13 @@ _wall_time: Final = time.time
 _perf_counter: Final = time.perf_counter
 
 
+def milliseconds(seconds: float) -> float:
+    """Seconds as milliseconds to the microsecond: `round(seconds * 1000, 3)` formats the number
+    as decimal text and reads it back (~2,000 instructions); rounding to whole microseconds does
+    not, and gives the same float but in a half-way case."""
+    return round(seconds * 1_000_000) / 1000
+
+
 class UsageSink(Protocol):
     async def append(self, event: UsageEvent) -> None: ...
 
@@ -309,7 +316,7 @@ class ProxyService:
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
         provider, region = deployment.provider.name, deployment.region
         prompt_tokens, completion_tokens = tokens.prompt_tokens, tokens.completion_tokens
-        latency_ms = round((_perf_counter() - ctx.started) * 1000, 3)
+        latency_ms = milliseconds(_perf_counter() - ctx.started)
         event = UsageEvent(
             request_id=ctx.request_id,
             created_at=ctx.created_at,
@@ -331,7 +338,7 @@ class ProxyService:
             cost=deployment.tariff.cost(tokens),
             uncached_cost=deployment.tariff.uncached_cost(tokens),
             latency_ms=latency_ms,
-            ttft_ms=round(ctx.attempts.ttft_s * 1000, 3) if ctx.attempts.ttft_s is not None else None,
+            ttft_ms=milliseconds(ctx.attempts.ttft_s) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,
         )
         if self._settle is None:

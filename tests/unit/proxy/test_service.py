@@ -26,7 +26,7 @@ from gateway.errors import (
 from gateway.metering.events import UsageEvent
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.proxy.request import parse_request
-from gateway.proxy.service import ProxyContext, ProxyService
+from gateway.proxy.service import ProxyContext, ProxyService, milliseconds
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import Directives, Fallback
 from gateway.routing.health import HealthBoard
@@ -214,3 +214,11 @@ async def test_every_request_is_metered_once_with_its_batch() -> None:
     assert len(h.sink.events) == 6
     assert Counter(e.batch_id for e in h.sink.events) == {"b1": 5, None: 1}
     assert len({e.request_id for e in h.sink.events}) == 6
+
+
+def test_durations_are_recorded_in_milliseconds_as_round_to_three_places_gives_them() -> None:
+    rng = random.Random(11)
+    for _ in range(100_000):
+        seconds = rng.random() * rng.choice((0.001, 0.05, 2.0, 300.0))
+        assert milliseconds(seconds) == round(seconds * 1000, 3)
+    assert (milliseconds(0.0123456), milliseconds(0.0), milliseconds(61.5)) == (12.346, 0.0, 61500.0)
