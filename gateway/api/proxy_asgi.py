@@ -79,9 +79,12 @@ class ProxyFront:
         return services
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
-        }
+        if _direct(scope) is not None:  # `gateway serve`'s protocol lower-cases names as it parses them
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        else:  # another server: ASGI asks for lower-case names, and not every client of it complies
+            headers = {
+                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
+            }
         exchange = ProxyExchange()
         failed: ErrorReply | None = None
         try:
