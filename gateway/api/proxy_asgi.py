@@ -79,7 +79,8 @@ class ProxyFront:
         return services
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
-        if _direct(scope) is not None:  # `gateway serve`'s protocol lower-cases names as it parses them
+        cycle = _direct(scope)
+        if cycle is not None:  # `gateway serve`'s protocol lower-cases names as it parses them
             headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
         else:  # another server: ASGI asks for lower-case names, and not every client of it complies
             headers = {
@@ -99,11 +100,11 @@ class ProxyFront:
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
             failed = internal_error_reply(exc, exchange.request_id, scope["path"])
         if failed is not None:  # sent after the handlers: no await inside one (setup.py, HOT_PATH)
-            return await _send(scope, send, failed.status, failed.headers, failed.body)
+            return await _send(cycle, send, failed.status, failed.headers, failed.body)
         if result.frames is not None:
-            await relay_sse(receive, send, _encoded(SSE, result.headers), result.frames, _direct(scope))
+            await relay_sse(receive, send, _encoded(SSE, result.headers), result.frames, cycle)
         else:
-            await _send(scope, send, 200, result.headers, result.body)
+            await _send(cycle, send, 200, result.headers, result.body)
         return None
 
     async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
@@ -138,9 +139,8 @@ def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list
     return encoded
 
 
-async def _send(scope: Scope, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+async def _send(cycle: Cycle | None, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
     encoded = _encoded(_JSON, headers)
-    cycle = _direct(scope)
     if cycle is not None:  # `gateway serve`: the whole response in one write, no ASGI messages
         return cycle.write_whole(status, encoded, body)
     encoded.insert(1, (b"content-length", b"%d" % len(body)))
