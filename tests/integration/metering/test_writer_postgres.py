@@ -105,12 +105,15 @@ async def test_a_live_writer_takes_over_what_a_dead_one_left(
     assert len(await dead.read(10, block_ms=0)) == 10  # read, then the process died before acking
 
     alive = RedisStreamBuffer(redis, stream=stream, consumer="live-writer")
+    # Idle for a second before they are taken over: the first flush comes well within that, even on
+    # a machine busy with other work (at 100 ms, a slow moment between the read and the flush had
+    # the first flush take them over already).
     writer = UsageWriter(
-        alive, session_factory(pg_engine), batch_size=100, reclaim_idle_ms=100, reclaim_interval_s=0
+        alive, session_factory(pg_engine), batch_size=100, reclaim_idle_ms=1_000, reclaim_interval_s=0
     )
     await writer.flush()
     assert await record_count(pg_engine) == 15  # the dead writer's 10 are not idle long enough yet
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(1.05)
     await writer.flush()
 
     assert await record_count(pg_engine) == 25
