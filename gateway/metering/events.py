@@ -33,9 +33,8 @@ class UsageEvent(msgspec.Struct, frozen=True, kw_only=True):
     cache_write_tokens: int = 0
     usage_source: UsageSource = UsageSource.NONE
     cost: Decimal = Decimal(0)
-    uncached_cost: Decimal = Decimal(
-        0
-    )  # every prompt token at the input price (pricing.Tariff.uncached_cost)
+    # every prompt token at the input price (pricing.Tariff.uncached_cost)
+    uncached_cost: Decimal = Decimal(0)
     latency_ms: float = 0.0
     ttft_ms: float | None = None
     error_code: str | None = None

@@ -15,6 +15,7 @@ import enum
 import importlib
 import importlib.machinery
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -141,19 +142,23 @@ def test_hot_path_module_is_what_the_run_expects(path: str) -> None:
         assert origin == ROOT / path
 
 
+def _nodes_in_functions(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node inside a function (or method) of the module: what runs per call."""
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield from ast.walk(function)
+
+
 def _enum_reads_in_functions(module: object, tree: ast.Module) -> list[str]:
     """`Kind.MEMBER` read inside a function, where `Kind` is an Enum: on CPython 3.11 that read
     goes through EnumType's `__getattr__` hook every time (~1,400 instructions from compiled
     code), where a module-level constant is read once."""
     found = []
-    for function in ast.walk(tree):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        for node in ast.walk(function):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                owner = getattr(module, node.value.id, None)
-                if isinstance(owner, enum.EnumType) and node.attr in owner.__members__:
-                    found.append(f"{ast.unparse(node)}, line {node.lineno}")
+    for node in _nodes_in_functions(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = getattr(module, node.value.id, None)
+            if isinstance(owner, enum.EnumType) and node.attr in owner.__members__:
+                found.append(f"{ast.unparse(node)}, line {node.lineno}")
     return found
 
 
@@ -237,20 +242,15 @@ def _bytes_membership_in_functions(tree: ast.Module) -> list[str]:
     """`b"\\r" in buffer` inside a function: on CPython 3.11 `bytes in bytes` first tries the
     needle as an integer, and formats and drops a TypeError (~2,000 instructions a test). One
     byte is sought as an integer (`13 in buffer`, a `memchr`), several with `find`."""
-    found = []
-    for function in ast.walk(tree):
-        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        for node in ast.walk(function):
-            if (
-                isinstance(node, ast.Compare)
-                and isinstance(node.left, ast.Constant)
-                and isinstance(node.left.value, bytes)
-                and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
-                and not isinstance(node.comparators[0], _CONTAINERS)  # sought in a list, not in bytes
-            ):
-                found.append(f"{ast.unparse(node)}, line {node.lineno}")
-    return found
+    return [
+        f"{ast.unparse(node)}, line {node.lineno}"
+        for node in _nodes_in_functions(tree)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Constant)
+        and isinstance(node.left.value, bytes)
+        and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+        and not isinstance(node.comparators[0], _CONTAINERS)  # sought in a list, not in bytes
+    ]
 
 
 @pytest.mark.parametrize("path", HOT_PATH)
