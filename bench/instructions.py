@@ -54,9 +54,7 @@ def _totals(path: Path) -> int:
     return sum(int(m.group(1)) for m in _TOTALS.finditer(path.read_text()))
 
 
-def count(
-    requests: int, warmup: int, flavour: str, out: Path, compiled: Path | None = None
-) -> tuple[int, int]:
+def count(requests: int, warmup: int, flavour: str, out: Path) -> tuple[int, int]:
     """Instructions the worker executed for `requests` requests (after `warmup` of them), and
     while idle for as long afterwards."""
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +67,7 @@ def count(
         f"--callgrind-out-file={out}/callgrind.out.%p",
     )
     nginx = Nginx(out, free_port())
-    gateway = Gateway(out, nginx.base_url, prefix=valgrind, ready_timeout_s=300.0, compiled=compiled)
+    gateway = Gateway(out, nginx.base_url, prefix=valgrind, ready_timeout_s=300.0)
     nginx.start(None)
     try:
         gateway.start()
@@ -107,13 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         "--flavour", default="json", choices=("json", "sse"), help="json (default), or sse: streams"
     )
     parser.add_argument("--out", type=Path, default=None, help="keep the callgrind files here")
-    parser.add_argument("--compiled", type=Path, default=None, help="serve a compiled build (build/compiled)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("bench.instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="gateway-instructions-"))
-    busy, idle = count(args.requests, args.warmup, args.flavour, out, args.compiled)
+    busy, idle = count(args.requests, args.warmup, args.flavour, out)
     print(f"{(busy - idle) / args.requests:,.0f} instructions per request ({args.requests} requests: "
           f"{busy:,} in all, {idle:,} idle for as long); callgrind files in {out}")  # fmt: skip
     return 0

@@ -41,9 +41,7 @@ class Bench:
         self.gateway_cpus = "0" if two_cpus and args.workers == 1 else None
         self.load_cpus = "1" if two_cpus else None
         self.nginx = Nginx(workdir, free_port())
-        self.gateway = Gateway(
-            workdir, self.nginx.base_url, args.workers, args.server, self.gateway_cpus, compiled=args.compiled
-        )
+        self.gateway = Gateway(workdir, self.nginx.base_url, args.workers, args.server, self.gateway_cpus)
         self.extras = Extras()  # the figures after the wrk matrix, for the targets' table
 
     def script(self, target: str, flavour: str, stream: bool) -> tuple[str, Path]:
@@ -193,9 +191,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-extras", action="store_true", help="only the wrk matrix")
     parser.add_argument("--out", type=Path, default=None, help="also write the tables to this file")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs, scripts)")
-    parser.add_argument(
-        "--compiled", type=Path, default=None, help="serve the compiled build in this folder (make compile)"
-    )
     return parser.parse_args(argv)
 
 

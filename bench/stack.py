@@ -111,7 +111,6 @@ class Gateway:
     cpus: str | None = None
     prefix: tuple[str, ...] = ()  # a command to run the server under (valgrind: bench/instructions.py)
     ready_timeout_s: float = 30.0
-    compiled: Path | None = None  # a compiled build (`make compile`: build/compiled) to serve from
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     team_key: str = ""
@@ -129,25 +128,14 @@ class Gateway:
     def env(self, database_url: str) -> dict[str, str]:
         config = self.workdir / "gateway.yaml"
         config.write_text(catalog(self.upstream))
-        return (
-            os.environ
-            | {
-                "GATEWAY_CONFIG": str(config),
-                "GATEWAY_DATABASE_URL": database_url,
-                "GATEWAY_REDIS_URL": REDIS_URL,
-                "GATEWAY_ADMIN_KEY": ADMIN_KEY,
-                "GATEWAY_PORT": str(self.port),
-                "GATEWAY_WORKERS": str(self.workers),
-            }
-            | self._compiled_env()
-        )
-
-    def _compiled_env(self) -> dict[str, str]:
-        """The compiled build first on the module path of the gateway and of every process it
-        starts; PYTHONSAFEPATH keeps the working directory (the checkout's sources) off it."""
-        if self.compiled is None:
-            return {}
-        return {"PYTHONPATH": str(self.compiled.resolve()), "PYTHONSAFEPATH": "1"}
+        return os.environ | {
+            "GATEWAY_CONFIG": str(config),
+            "GATEWAY_DATABASE_URL": database_url,
+            "GATEWAY_REDIS_URL": REDIS_URL,
+            "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+            "GATEWAY_PORT": str(self.port),
+            "GATEWAY_WORKERS": str(self.workers),
+        }
 
     def start(self) -> Gateway:
         """A fresh database, Redis db and team key; then `restart()` keeps them between sections."""
