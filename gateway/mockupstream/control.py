@@ -13,20 +13,34 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
 from gateway.mockupstream import openai_format
-from gateway.mockupstream.behaviour import BehaviourError, decode_behaviour, encode_behaviour, with_overrides
-from gateway.mockupstream.recorder import parse_body
+from gateway.mockupstream.behaviour import (
+    BehaviourError,
+    MockBehaviour,
+    decode_behaviour,
+    encode_behaviour,
+    with_overrides,
+)
+from gateway.mockupstream.cache import PromptCache
+from gateway.mockupstream.recorder import RequestRecorder, parse_body
 from gateway.mockupstream.replies import MockReply, json_reply
 
-if TYPE_CHECKING:
-    from gateway.mockupstream.service import MockUpstream
+
+class Controlled(Protocol):
+    """What the control endpoints read and change of a mock upstream (`MockUpstream`)."""
+
+    behaviour: MockBehaviour
+    recorder: RequestRecorder
+    cache: PromptCache
+
+    def set_behaviour(self, behaviour: MockBehaviour) -> None: ...
 
 
-def _behaviour(upstream: MockUpstream, method: str, body: bytes) -> MockReply:
+def _behaviour(upstream: Controlled, method: str, body: bytes) -> MockReply:
     try:
         if method == "PUT":
             upstream.set_behaviour(decode_behaviour(body))
@@ -37,7 +51,7 @@ def _behaviour(upstream: MockUpstream, method: str, body: bytes) -> MockReply:
     return json_reply(200, encode_behaviour(upstream.behaviour))
 
 
-def control_reply(upstream: MockUpstream, method: str, path: str, body: bytes) -> MockReply:
+def control_reply(upstream: Controlled, method: str, path: str, body: bytes) -> MockReply:
     if path == "/_mock/behaviour" and method in ("GET", "PUT", "PATCH"):
         return _behaviour(upstream, method, body)
     if path == "/_mock/requests" and method == "GET":

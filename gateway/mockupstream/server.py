@@ -9,7 +9,6 @@ from typing import Any
 import uvicorn
 
 from gateway.mockupstream.behaviour import MockBehaviour
-from gateway.mockupstream.cli import add_mock_upstream_parser
 from gateway.mockupstream.replies import MockReply, StreamDropped
 from gateway.mockupstream.service import MockRequest, MockUpstream
 
@@ -108,4 +107,4 @@ def run_mock_upstream(host: str, port: int, behaviour: MockBehaviour) -> None:
     )
 
 
-__all__ = ["MockUpstreamApp", "add_mock_upstream_parser", "create_mock_app", "run_mock_upstream"]
+__all__ = ["MockUpstreamApp", "create_mock_app", "run_mock_upstream"]
