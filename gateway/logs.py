@@ -106,9 +106,8 @@ def _writer_for(stream: BinaryIO) -> LineWriter:
 class RequestLog:
     """The line logged for every proxied request (`log_request`), on a path of its own.
 
-    Through structlog (its lazy proxy, bound logger, processor chain and renderer) that line took
-    ~64,000 instructions, a twelfth of the request's (docs/performance.md). With JSON lines it is
-    written here instead: the same keys in the same order, then `event`, `level` and `timestamp`,
+    Through structlog (its lazy proxy, bound logger, processor chain and renderer) that line cost
+    as much as a good part of the request itself. With JSON lines it is written here instead: the same keys in the same order, then `event`, `level` and `timestamp`,
     as structlog's chain writes them, encoded once and handed to the same `LineWriter`. With the
     console format, or INFO filtered out, the line goes through structlog like any other.
     """
