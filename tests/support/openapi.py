@@ -1,4 +1,4 @@
-"""Validate gateway output against OpenAI's own OpenAPI document (/work/shared/openai-openapi.json).
+"""Validate gateway output against OpenAI's own OpenAPI document (tests/fixtures/openai/).
 
 The document is OpenAPI 3.1 but still says `nullable: true` in places; it is rewritten once so
 that such a schema also accepts null, then served to jsonschema through a referencing Registry.
@@ -15,7 +15,7 @@ import jsonschema  # type: ignore[import-untyped]
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-OPENAPI_PATH = Path(__file__).resolve().parents[2].parent / "shared" / "openai-openapi.json"
+OPENAPI_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "openai" / "openapi.json"
 _DOCUMENT_URI = "urn:openai-openapi"
 
 
