@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -48,14 +49,16 @@ class Buckets:
         return buckets
 
 
+@dataclass(slots=True)
 class Route:
     """What the requests of one (model, provider, status) moved."""
 
-    __slots__ = ("cached", "completion", "latency", "prompt", "requests", "ttft")
-
-    def __init__(self, latency: Buckets, ttft: Buckets) -> None:
-        self.requests = self.prompt = self.completion = self.cached = 0
-        self.latency, self.ttft = latency, ttft
+    latency: Buckets  # shared by every route of the provider
+    ttft: Buckets
+    requests: int = 0
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
 
 
 class Metrics:
@@ -66,7 +69,7 @@ class Metrics:
         self._ttft: dict[str, Buckets] = {}
         self.overhead = Buckets(_OVERHEAD_BUCKETS)
         self.loop_lag = Buckets(_LOOP_LAG_BUCKETS)
-        self.registry.register(_HotPathCollector(self))
+        self.registry.register(_RequestSeriesCollector(self))
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
             "Requests that ended in an upstream error",
@@ -154,9 +157,11 @@ def _histogram(name: str, documentation: str, by_provider: dict[str, Buckets]) -
     return family
 
 
-class _HotPathCollector(Collector):
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+@dataclass(frozen=True)
+class _RequestSeriesCollector(Collector):
+    """Hands the registry the series `Metrics` counts itself, when `/metrics` is scraped."""
+
+    metrics: Metrics
 
     def collect(self) -> Iterator[Metric]:
-        return self._metrics.families()
+        return self.metrics.families()

@@ -3,6 +3,7 @@
 Lookups (found or not) are cached by key hash for `ttl_s`; concurrent misses for one hash share a
 single query; when the database is down, known keys are served from the stale cache. Revocation
 reaches every process at once through a Redis channel, with the TTL as the backstop without Redis.
+The query itself is injected (`gateway.db.keys.key_state_loader` where services are built).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -18,13 +19,10 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.bearer import bearer_token
-from gateway.auth.invalidation import listen_for_invalidations
 from gateway.auth.principal import KeyState, Principal
 from gateway.auth.secrets import KEY_SCHEME, hash_secret
-from gateway.db.keys import load_principal
 from gateway.errors import AuthenticationFailed, ServiceUnavailable
 
 INVALIDATION_CHANNEL = "gateway:keys:invalidate"
@@ -32,6 +30,9 @@ DATABASE_DOWN = (SQLAlchemyError, OSError, TimeoutError)
 MAX_SECRET_LENGTH = 256
 
 log = structlog.get_logger(__name__)
+
+KeyLoader = Callable[[str], Awaitable[KeyState | None]]
+"""Reads the key with a hash, and its team, from the database; None when no key has that hash."""
 
 
 @dataclass(slots=True)
@@ -43,7 +44,7 @@ class _Entry:
 class KeyCache:
     def __init__(
         self,
-        session_factory: async_sessionmaker[AsyncSession],
+        load_key: KeyLoader,
         ttl_s: float = 5.0,
         redis: Redis | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -54,7 +55,7 @@ class KeyCache:
         query_timeout_s: float = 3.0,
         reconnect_delay_s: float = 1.0,
     ) -> None:
-        self._sessions = session_factory
+        self._load_key = load_key
         self._ttl_s = ttl_s
         self._redis = redis
         self._clock = clock
@@ -100,9 +101,20 @@ class KeyCache:
         """Evict the hashes other processes publish; runs until cancelled, reconnecting as needed."""
         if self._redis is None:
             return
-        await listen_for_invalidations(
-            self._redis, self._channel, self._reconnect_delay_s, self.subscribed, self._expire_all, self.evict
-        )
+        while True:
+            try:
+                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self._channel)
+                    self._expire_all()  # invalidations sent while nobody listened are lost
+                    self.subscribed.set()
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            data = message["data"]
+                            self.evict(data.decode() if isinstance(data, bytes) else str(data))
+            except (RedisError, OSError) as exc:
+                self.subscribed.clear()
+                log.warning("key_cache.listener_disconnected", error=type(exc).__name__)
+                await asyncio.sleep(self._reconnect_delay_s)
 
     def _admit(self, state: KeyState | None) -> Principal:
         if state is None:
@@ -126,8 +138,8 @@ class KeyCache:
 
     async def _query(self, key_hash: str) -> KeyState | None:
         generation = self._generation
-        async with asyncio.timeout(self._query_timeout_s), self._sessions() as session:
-            state = await load_principal(session, key_hash)
+        async with asyncio.timeout(self._query_timeout_s):
+            state = await self._load_key(key_hash)
         if generation == self._generation:
             self._store(key_hash, state)
         return state

@@ -1,14 +1,16 @@
 """API keys repository: issue (hash stored, secret returned once), read, page, update, revoke.
 
-`load_principal` is the one query authentication makes: a key joined with its team.
+`load_principal` is the one query authentication makes: a key joined with its team;
+`key_state_loader` gives it to the key cache (`gateway.auth.key_cache`), one session a lookup.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.principal import KeyState, Principal, intersect
 from gateway.auth.secrets import hash_secret, key_prefix, new_key_secret
@@ -96,6 +98,18 @@ async def load_principal(session: AsyncSession, key_hash: str) -> KeyState | Non
         revoked=key.revoked_at is not None,
         team_deleted=team.deleted_at is not None,
     )
+
+
+def key_state_loader(
+    sessions: async_sessionmaker[AsyncSession],
+) -> Callable[[str], Awaitable[KeyState | None]]:
+    """`load_principal` in a session of its own, as the key cache reads keys."""
+
+    async def load(key_hash: str) -> KeyState | None:
+        async with sessions() as session:
+            return await load_principal(session, key_hash)
+
+    return load
 
 
 def principal_of(key: ApiKey, team: Team) -> Principal:

@@ -44,8 +44,8 @@ def create_engine(url: str) -> AsyncEngine:
             cursor.close()
 
         return engine
-    # No pre-ping (a round trip per checkout, 4% of a request in the profile): callers already
-    # treat a dropped connection as a retryable failure, and pool_recycle bounds stale ones.
+    # No pre-ping (a round trip per checkout): callers already treat a dropped connection as a
+    # retryable failure, and pool_recycle bounds stale ones.
     return create_async_engine(target, pool_size=10, max_overflow=10, pool_recycle=300)
 
 

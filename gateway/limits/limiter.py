@@ -23,19 +23,12 @@ from gateway.metering.events import UsageEvent
 Clock = Callable[[], float]  # wall-clock unix seconds
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Admission:
     """A request let in: the tokens reserved for it and the x-ratelimit-* headers to answer with."""
 
     estimated_tokens: int
     headers: dict[str, str]
-
-    # A class of the compiled build, not a `record`: read on every request, where a Struct's
-    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
-    # the one dataclasses generates is interpreted.
-    def __init__(self, estimated_tokens: int, headers: dict[str, str]) -> None:
-        self.estimated_tokens = estimated_tokens
-        self.headers = headers
 
 
 class Limiter(Protocol):

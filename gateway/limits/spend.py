@@ -36,7 +36,7 @@ def month_of(now: float) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _month_of_hour(hour: int) -> str:
-    """Called on every admission: formatting a date each time showed up in the profile."""
+    """Cached: asked on every admission, and the answer changes once a month."""
     return datetime.fromtimestamp(hour * 3600, UTC).strftime("%Y-%m")
 
 

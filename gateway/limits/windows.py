@@ -10,10 +10,10 @@ minute's allowance and refilled continuously, kept as one number: its theoretica
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from gateway.auth.principal import Principal
-from gateway.records import record
 
 WINDOW_US = 60_000_000.0  # one minute, in microseconds (Redis TIME's resolution)
 SLACK_US = 1.0  # floating-point tolerance: a request may not be refused by rounding alone
@@ -22,7 +22,7 @@ Scope = Literal["key", "team"]
 Kind = Literal["requests", "tokens"]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Window:
     """One per-minute limit that binds a request: `limit` units of `kind` for `scope` `owner`."""
 
@@ -36,7 +36,7 @@ class Window:
         return WINDOW_US / max(self.limit, 1)  # the admin API accepts limits >= 1 only
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class WindowCheck:
     """A window after a request was weighed against it: its TAT now and how long to wait, if refused."""
 

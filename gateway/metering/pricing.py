@@ -3,8 +3,7 @@
 A deployment's `Price` (decimals, as configured) becomes a `Tariff` once, when the catalog is
 loaded: each rate as a whole number of 10**-scale USD per million tokens, `scale` the most decimal
 places any of its rates has. A request's cost is then a sum of integer products, exact, made a
-`Decimal` once; `Decimal` arithmetic per request (four products, three sums and a division, twice)
-had been a twentieth of the request's instructions (docs/performance.md).
+`Decimal` once, instead of a chain of `Decimal` products, sums and a division on every request.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import msgspec
 
@@ -21,11 +22,11 @@ from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider
 
 
+@dataclass(frozen=True, slots=True)
 class AnthropicAdapter:
     """Speaks the Messages API; `clock` gives the `created` time of translated responses."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
+    clock: Callable[[], float] = time.time
 
     def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest:
         if call.endpoint is not Endpoint.CHAT:
@@ -44,10 +45,10 @@ class AnthropicAdapter:
         )
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
-        return parse_messages_response(body, int(self._clock()))
+        return parse_messages_response(body, int(self.clock()))
 
     def stream_translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
-        return AnthropicStreamTranslator(call, self._clock)
+        return AnthropicStreamTranslator(call, self.clock)
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return classify_status(status, anthropic_error_detail(body), headers)

@@ -15,7 +15,7 @@ class AzureAdapter(OpenAIAdapter):
     def url(self, call: UpstreamCall, provider: Provider, base_url: str) -> str:
         deployment = quote(call.upstream_model, safe="")
         api_version = quote(provider.api_version, safe="")
-        return f"{base_url}/openai/deployments/{deployment}/{call.endpoint._value_}?api-version={api_version}"
+        return f"{base_url}/openai/deployments/{deployment}/{call.endpoint.value}?api-version={api_version}"
 
     def auth_headers(self, provider: Provider) -> dict[str, str]:
         return {"api-key": provider.api_key} if provider.api_key else {}

@@ -7,13 +7,13 @@ request, sends it, and hands the bytes back to the adapter to parse into OpenAI 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
 import msgspec
 
 from gateway.errors import UpstreamError
-from gateway.records import record
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider
 
@@ -33,7 +33,7 @@ class TokenUsage(msgspec.Struct, frozen=True):
     cache_write_tokens: int = 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class UpstreamCall:
     """One request as the gateway means to send it, before any provider's translation."""
 
@@ -47,7 +47,7 @@ class UpstreamCall:
     cache_key: str | None = None  # given by the client, or derived from the cached prefix
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class UpstreamRequest:
     url: str
     headers: dict[str, str]
@@ -55,7 +55,7 @@ class UpstreamRequest:
     method: str = "POST"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class UpstreamResponse:
     body: bytes  # an OpenAI-format JSON body, ready for the client
     usage: TokenUsage | None  # None when the upstream reported none

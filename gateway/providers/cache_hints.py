@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from typing import Any, Final, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -20,11 +20,6 @@ from gateway.settings import Provider, ProviderKind
 HintMode = Literal["openai", "strip", "pass"]
 
 OPENAI_HINT_FIELDS = ("prompt_cache_key", "prompt_cache_retention")
-# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
-# (see gateway.providers.openai).
-_AZURE: Final = ProviderKind.AZURE
-_sha256: Final = hashlib.sha256  # statics in the compiled build: no module-attribute lookups per call
-_json_encode: Final = msgspec.json.encode
 
 
 def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
@@ -43,9 +38,9 @@ def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
         if last_tool is None:
             return None
         prefix = {"tools": tools[: last_tool + 1], "messages": []}
-    digest = _sha256(team_id.encode())
+    digest = hashlib.sha256(team_id.encode())
     digest.update(b"\x00")
-    digest.update(_json_encode(prefix, order="sorted"))
+    digest.update(msgspec.json.encode(prefix, order="sorted"))
     return digest.hexdigest()[:32]
 
 
@@ -63,12 +58,12 @@ def hint_mode(provider: Provider, base_url: str) -> HintMode:
     """The provider's `cache_hints` setting, with "auto" resolved (OpenAI and Azure get "openai")."""
     if provider.cache_hints in ("openai", "strip", "pass"):
         return provider.cache_hints  # type: ignore[return-value]
-    if provider.kind is _AZURE or _is_openai_api(base_url):
+    if provider.kind is ProviderKind.AZURE or _is_openai_api(base_url):
         return "openai"
     return "strip"
 
 
-@functools.cache  # a handful of base URLs, from the catalog; parsing one took ~8,000 instructions
+@functools.cache  # a handful of base URLs, from the catalog, asked about on every request
 def _is_openai_api(base_url: str) -> bool:
     return urlsplit(base_url).hostname == "api.openai.com"
 

@@ -7,7 +7,7 @@ touched); responses and stream chunks pass through verbatim, decoded only as far
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
@@ -25,14 +25,6 @@ from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response,
 from gateway.settings import Provider
 
 DONE_FRAME = b"data: [DONE]\n\n"
-# Enum members read once: on CPython 3.11 an Enum's class attribute is read through EnumType's
-# __getattr__ hook, ~1,400 instructions a read from compiled code (docs/performance.md).
-_CHAT: Final = Endpoint.CHAT
-_EMBEDDINGS: Final = Endpoint.EMBEDDINGS
-# Module attributes read once into statics (Final): `msgspec.json.encode` read in a function is
-# two module-attribute lookups per call in the compiled build (docs/performance.md).
-_json_encode: Final = msgspec.json.encode
-_json_decode: Final = msgspec.json.decode
 
 
 def token_usage(usage: Usage) -> TokenUsage:
@@ -57,24 +49,24 @@ class OpenAIAdapter:
             stream_options = body.get("stream_options")
             kept = stream_options if isinstance(stream_options, dict) else {}
             body["stream_options"] = {**kept, "include_usage": True}
-        cache_key = call.cache_key if call.endpoint is _CHAT else None
+        cache_key = call.cache_key if call.endpoint is Endpoint.CHAT else None
         body = apply_openai_hints(body, hint_mode(provider, base_url), cache_key)
         headers = {"content-type": "application/json", **self.auth_headers(provider), **provider.headers}
         return UpstreamRequest(
             url=self.url(call, provider, base_url.rstrip("/")),
             headers=headers,
-            content=_json_encode(body),
+            content=msgspec.json.encode(body),
         )
 
     def url(self, call: UpstreamCall, provider: Provider, base_url: str) -> str:
-        return f"{base_url}/{call.endpoint._value_}"
+        return f"{base_url}/{call.endpoint.value}"
 
     def auth_headers(self, provider: Provider) -> dict[str, str]:
         return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:
-            metered = _json_decode(body, type=Metered)
+            metered = msgspec.json.decode(body, type=Metered)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("not a JSON object") from None
         if metered.error is not None and metered.choices is None:
@@ -82,7 +74,7 @@ class OpenAIAdapter:
         if metered.usage is None:
             return UpstreamResponse(body=body, usage=None)
         details = metered.usage.prompt_tokens_details
-        if call.endpoint is not _EMBEDDINGS and (details is None or details.cached_tokens is None):
+        if call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None):
             body = _with_cached_tokens(body)
         return UpstreamResponse(body=body, usage=token_usage(metered.usage))
 
@@ -113,7 +105,7 @@ def _object_after(body: bytes, at: int) -> int:
 def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
     """The message/type/param/code of an OpenAI error object; empty when the body is not one."""
     try:
-        envelope = _json_decode(body, type=ErrorEnvelope)
+        envelope = msgspec.json.decode(body, type=ErrorEnvelope)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return UpstreamErrorDetail()
     error = envelope.error
@@ -152,11 +144,11 @@ def _with_cached_tokens(body: bytes) -> bytes:
             if inside < len(body) and body[inside] == _CLOSE:  # "usage": {}
                 return b"".join((body[:first], b'"usage":{', _CACHED_DETAILS, b"}", body[inside + 1 :]))
             return b"".join((body[:opening], _CACHED_DETAILS, b",", body[opening:]))
-    document: dict[str, Any] = _json_decode(body)
+    document: dict[str, Any] = msgspec.json.decode(body)
     usage = document["usage"]
     details = usage.get("prompt_tokens_details")
     usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": 0}
-    return _json_encode(document)
+    return msgspec.json.encode(document)
 
 
 class OpenAIStreamTranslator:
@@ -171,8 +163,7 @@ class OpenAIStreamTranslator:
         if len(data) < 16 and data.strip() == b"[DONE]":  # a chunk is a JSON object, longer than that
             self._done = True
             return [DONE_FRAME]
-        # (`find`, not `in`: see gateway.dispatch.sse on `bytes in bytes`)
-        if _may_carry_usage(data) or data.find(b'"error"') != -1:
+        if _may_carry_usage(data) or b'"error"' in data:
             chunk = _decode_chunk(data)
             if chunk.error is not None:
                 raise _stream_or_body_error(chunk.error)
@@ -199,6 +190,6 @@ def _may_carry_usage(data: bytes) -> bool:
 
 def _decode_chunk(data: bytes) -> Metered:
     try:
-        return _json_decode(data, type=Metered)
+        return msgspec.json.decode(data, type=Metered)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a JSON object") from None

@@ -1,7 +1,6 @@
-"""A batch pin, the record the pin stores keep (`gateway.routing.pins`), and their failure.
+"""A batch pin, the value the pin stores keep (`gateway.routing.pins`), and their failure.
 
-Apart from the stores because it is a msgspec Struct: mypyc compiles the stores (setup.py,
-HOT_PATH) and leaves the modules that define Structs interpreted.
+A msgspec Struct: the Redis store keeps a pin's fixed part as its JSON.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Any
 
 from gateway.errors import DirectiveConflict, InvalidRequest
 
@@ -20,37 +20,15 @@ class Fallback(str, Enum):
     NEVER = "never"  # retry on the same deployment only
 
 
-_AT_BATCHES: Final = Fallback.BATCH  # read once: see gateway.providers.openai on Enum members
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Directives:
-    """What the client asked of routing; never changed once parsed.
+    """What the client asked of routing; never changed once parsed."""
 
-    A class of the compiled build, not a `record`: routing reads these fields a dozen times a
-    request, each a C struct field here where a `msgspec.Struct`'s is a generic attribute lookup
-    (gateway.proxy.request.ParsedRequest). Equality is the dataclass's, for tests and callers."""
-
-    batch: str | None
-    region: str | None
-    providers: tuple[str, ...]
-    fallback: Fallback
-    cache_key: str | None
-
-    # Written out: the `__init__` dataclasses generates is interpreted (gateway.proxy.service.ProxyContext).
-    def __init__(
-        self,
-        batch: str | None = None,
-        region: str | None = None,
-        providers: tuple[str, ...] = (),
-        fallback: Fallback = _AT_BATCHES,
-        cache_key: str | None = None,
-    ) -> None:
-        self.batch = batch
-        self.region = region
-        self.providers = providers
-        self.fallback = fallback
-        self.cache_key = cache_key
+    batch: str | None = None
+    region: str | None = None
+    providers: tuple[str, ...] = ()
+    fallback: Fallback = Fallback.BATCH
+    cache_key: str | None = None
 
 
 NO_DIRECTIVES = Directives()

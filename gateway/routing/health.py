@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -25,12 +24,6 @@ class CircuitState(str, Enum):
     HALF_OPEN = "half_open"  # cool-down over: traffic may probe again
 
 
-# Read once: see gateway.providers.openai on Enum members.
-_CLOSED: Final = CircuitState.CLOSED
-_OPEN: Final = CircuitState.OPEN
-_HALF_OPEN: Final = CircuitState.HALF_OPEN
-
-
 @dataclass(slots=True)
 class Circuit:
     failures: int = 0  # consecutive
@@ -38,11 +31,8 @@ class Circuit:
 
     def state(self, now: float, cooldown_s: float) -> CircuitState:
         if self.opened_at is None:
-            return _CLOSED
-        return _OPEN if now - self.opened_at < cooldown_s else _HALF_OPEN
-
-
-_NONE_OPEN: frozenset[str] = frozenset()
+            return CircuitState.CLOSED
+        return CircuitState.OPEN if now - self.opened_at < cooldown_s else CircuitState.HALF_OPEN
 
 
 class HealthBoard:
@@ -57,12 +47,9 @@ class HealthBoard:
         self.in_flight = dict.fromkeys(self._circuits, 0)
 
     def open_circuits(self) -> frozenset[str]:
-        """`state(...) is OPEN` for every circuit, inlined: routing asks on every request."""
+        """The deployments routing must skip: those whose circuit is open (not yet half-open)."""
         now, cooldown = self._clock(), self._settings.cooldown_s
-        opened = [
-            d for d, c in self._circuits.items() if c.opened_at is not None and now - c.opened_at < cooldown
-        ]
-        return frozenset(opened) if opened else _NONE_OPEN
+        return frozenset(d for d, c in self._circuits.items() if c.state(now, cooldown) is CircuitState.OPEN)
 
     def state_of(self, deployment: str) -> tuple[CircuitState, int]:
         circuit = self._circuits.setdefault(deployment, Circuit())
@@ -78,7 +65,7 @@ class HealthBoard:
     def _apply_failure(self, circuit: Circuit) -> None:
         now = self._clock()
         circuit.failures += 1
-        reopen = circuit.state(now, self._settings.cooldown_s) is _HALF_OPEN
+        reopen = circuit.state(now, self._settings.cooldown_s) is CircuitState.HALF_OPEN
         if circuit.failures >= self._settings.failure_threshold and (circuit.opened_at is None or reopen):
             circuit.opened_at = now
 

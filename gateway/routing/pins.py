@@ -2,16 +2,16 @@
 
 A pin may move only while it is unconfirmed (no request of the batch has succeeded yet); an idle
 pin expires after `batches.idle_ttl_s`. A pin's `created_at` is the arrival time of the earliest
-request that joined it, so the batch's running totals (records since `created_at`) count every one. `RedisPinStore` is the production store; `MemoryPinStore`
-serves the embedded single-process default with the same semantics. The pin itself is in
-`gateway.routing.batch_pin` (a Struct: that module stays interpreted, this one is compiled).
+request that joined it, so the batch's running totals (records since `created_at`) count every
+one. `RedisPinStore` is the production store; `MemoryPinStore` serves the embedded
+single-process default with the same semantics. The pin itself is `gateway.routing.batch_pin`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -24,12 +24,6 @@ from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.deployment import Deployment
 
 log = structlog.get_logger("gateway.pins")
-# Statics in the compiled build: a module attribute read in a function is looked up per call.
-_wall_time: Final = time.time
-_monotonic: Final = time.monotonic
-_json_encode: Final = msgspec.json.encode
-_json_decode: Final = msgspec.json.decode
-_replace: Final = msgspec.structs.replace
 
 
 class PinStore(Protocol):
@@ -75,7 +69,7 @@ class MemoryPinStore:
 
     def _use(self, pin: BatchPin, joined_at: float | None) -> BatchPin:
         created = pin.created_at if joined_at is None else min(pin.created_at, joined_at)
-        used = _replace(pin, last_used_at=self._clock(), created_at=created)
+        used = msgspec.structs.replace(pin, last_used_at=self._clock(), created_at=created)
         self._pins[(pin.team_id, pin.batch_id)] = used
         return used
 
@@ -95,14 +89,14 @@ class MemoryPinStore:
     async def confirm(self, team_id: str, batch_id: str, deployment: str) -> None:
         pin = self._live((team_id, batch_id))
         if pin is not None and not pin.confirmed and pin.deployment == deployment:
-            self._pins[(team_id, batch_id)] = _replace(pin, confirmed=True)
+            self._pins[(team_id, batch_id)] = msgspec.structs.replace(pin, confirmed=True)
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
         key = (pin.team_id, pin.batch_id)
         current = self._live(key)
         if current is None or current.confirmed or current.deployment != pin.deployment:
             return current or pin
-        moved = _replace(
+        moved = msgspec.structs.replace(
             current,
             deployment=to.id,
             provider=to.provider.name,
@@ -222,8 +216,8 @@ class RedisPinStore:
     def _decode(reply: list[bytes] | None) -> BatchPin | None:
         if not reply:
             return None
-        pin = _json_decode(reply[0], type=BatchPin)
-        return _replace(
+        pin = msgspec.json.decode(reply[0], type=BatchPin)
+        return msgspec.structs.replace(
             pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]), created_at=float(reply[3])
         )
 
@@ -243,12 +237,12 @@ class RedisPinStore:
         cached = self._confirmed.get(key) if recent else None
         if cached is not None:
             known, read_at = cached
-            fresh = _monotonic() - read_at < self._cache_s
+            fresh = time.monotonic() - read_at < self._cache_s
             if fresh and (joined_at is None or joined_at >= known.created_at):
                 return known
         joined = "" if joined_at is None else repr(joined_at)
         reply = await self._run(
-            self._touch, [key, self.INDEX], [repr(_wall_time()), self._ttl_ms, key, joined]
+            self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined]
         )
         pin = self._decode(reply)
         self._remember(key, pin)
@@ -260,12 +254,12 @@ class RedisPinStore:
             return
         if len(self._confirmed) >= self.CACHE_LIMIT:
             self._confirmed.clear()
-        self._confirmed[key] = (pin, _monotonic())
+        self._confirmed[key] = (pin, time.monotonic())
 
     async def place(self, pin: BatchPin) -> BatchPin:
         key = self._key(pin.team_id, pin.batch_id)
-        args: list[EncodableT] = [_json_encode(pin), repr(pin.created_at), self._ttl_ms, key]
-        reply = await self._run(self._place, [key, self.INDEX], [*args, repr(_wall_time())])
+        args: list[EncodableT] = [msgspec.json.encode(pin), repr(pin.created_at), self._ttl_ms, key]
+        reply = await self._run(self._place, [key, self.INDEX], [*args, repr(time.time())])
         placed = self._decode(reply)
         assert placed is not None
         return placed
@@ -274,11 +268,11 @@ class RedisPinStore:
         await self._run(self._confirm, [self._key(team_id, batch_id)], [deployment])
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
-        now = _wall_time()
-        moved = _replace(
+        now = time.time()
+        moved = msgspec.structs.replace(
             pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
         )
-        args: list[EncodableT] = [pin.deployment, _json_encode(moved), repr(now), self._ttl_ms]
+        args: list[EncodableT] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
         reply = await self._run(self._move, [self._key(pin.team_id, pin.batch_id)], args)
         return self._decode(reply) or pin
 
@@ -295,7 +289,7 @@ class RedisPinStore:
         return bool(deleted)
 
     async def active_count(self) -> int:
-        cutoff = _wall_time() - self._ttl_s
+        cutoff = time.time() - self._ttl_s
         try:
             await self._redis.zremrangebyscore(self.INDEX, "-inf", cutoff)
             return int(await self._redis.zcard(self.INDEX))

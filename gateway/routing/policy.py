@@ -10,36 +10,20 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback
 
-# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
-# (see gateway.providers.openai).
-_NEVER: Final = Fallback.NEVER
-_blake2b: Final = hashlib.blake2b  # a static in the compiled build: no module-attribute lookup per call
 
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RoutePlan:
     """Deployments to try, in order. `pinned`: never leave deployments[0] (batch or fallback=never)."""
 
     deployments: tuple[Deployment, ...]
-    batch: str | None
-    pinned: bool
-
-    # A class of the compiled build, not a `record`: read on every request, where a Struct's
-    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
-    # the one dataclasses generates is interpreted.
-    def __init__(
-        self, deployments: tuple[Deployment, ...], batch: str | None = None, pinned: bool = False
-    ) -> None:
-        self.deployments = deployments
-        self.batch = batch
-        self.pinned = pinned
+    batch: str | None = None
+    pinned: bool = False
 
     @property
     def first(self) -> Deployment:
@@ -129,7 +113,7 @@ def plan_route(
         names = ", ".join(d.id for d in eligible)
         raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
     ordered = healthy if directives.providers else weighted_order(healthy, rng)
-    bound = directives.batch is not None or directives.fallback is _NEVER
+    bound = directives.batch is not None or directives.fallback is Fallback.NEVER
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
 
 
@@ -167,6 +151,6 @@ def rendezvous_pick(key: str, names: Sequence[str]) -> str:
 
 
 def _score(key: str, name: str, weight: float) -> float:
-    digest = _blake2b(f"{key}\x00{name}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{key}\x00{name}".encode(), digest_size=8).digest()
     unit = (int.from_bytes(digest, "big") + 1) / 2**64  # in (0, 1]
     return float(unit ** (1.0 / weight))

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.secrets import hash_secret
+from gateway.db.keys import key_state_loader
 from gateway.db.models import ApiKey
 from gateway.errors import AuthenticationFailed
 from tests.unit.api.admin.conftest import ADMIN, ADMIN_KEY, StandInServices, admin_app, settings_with
@@ -24,7 +25,7 @@ Client = httpx.AsyncClient
 def services(
     sessions: async_sessionmaker[AsyncSession], redis_clients: tuple[Redis, Redis], channel: str
 ) -> StandInServices:
-    cache = KeyCache(sessions, ttl_s=3600.0, redis=redis_clients[0], channel=channel)
+    cache = KeyCache(key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[0], channel=channel)
     return StandInServices(settings_with(ADMIN_KEY), sessions, cache, redis_clients[0])
 
 
@@ -61,7 +62,9 @@ async def test_team_and_key_lifecycle_on_postgres(
     assert row is not None
     assert row.key_hash == hash_secret(secret)
 
-    other_process = KeyCache(sessions, ttl_s=3600.0, redis=redis_clients[1], channel=channel)
+    other_process = KeyCache(
+        key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[1], channel=channel
+    )
     listener = asyncio.create_task(other_process.run_invalidation_listener())
     try:
         await asyncio.wait_for(other_process.subscribed.wait(), 2.0)

@@ -22,7 +22,7 @@ async def test_postgres_lookups_are_cached_and_coalesced(sessions: Sessions, eng
     team = await add_team(sessions, allowed_regions=["eu-west", "us-east"])
     key, secret = await add_key(sessions, team.id, allowed_regions=["eu-west"])
     queries = QueryCounter().attach(engine)
-    cache = KeyCache(sessions, ttl_s=5.0)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=5.0)
 
     principals = await asyncio.gather(*(cache.authenticate(f"Bearer {secret}") for _ in range(20)))
     await cache.authenticate(f"Bearer {secret}")
@@ -37,8 +37,8 @@ async def test_revocation_reaches_another_process_within_two_seconds(
 ) -> None:
     team = await add_team(sessions)
     key, secret = await add_key(sessions, team.id)
-    here = KeyCache(sessions, ttl_s=3600.0, redis=redis_clients[0], channel=channel)
-    there = KeyCache(sessions, ttl_s=3600.0, redis=redis_clients[1], channel=channel)
+    here = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[0], channel=channel)
+    there = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[1], channel=channel)
     listener = asyncio.create_task(there.run_invalidation_listener())
     try:
         await asyncio.wait_for(there.subscribed.wait(), 2.0)
@@ -59,7 +59,10 @@ async def test_a_published_hash_is_evicted_by_every_listener(
 ) -> None:
     team = await add_team(sessions)
     key, secret = await add_key(sessions, team.id)
-    caches = [KeyCache(sessions, ttl_s=3600.0, redis=redis_clients[1], channel=channel) for _ in range(3)]
+    caches = [
+        KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[1], channel=channel)
+        for _ in range(3)
+    ]
     listeners = [asyncio.create_task(cache.run_invalidation_listener()) for cache in caches]
     try:
         for cache in caches:

@@ -4,6 +4,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import fakeredis
@@ -19,9 +20,9 @@ from tests.unit.auth.records import QueryCounter, add_key, add_team
 Sessions = async_sessionmaker[AsyncSession]
 
 
+@dataclass
 class FakeClock:
-    def __init__(self, now: float) -> None:
-        self.now = now
+    now: float
 
     def __call__(self) -> float:
         return self.now
@@ -40,7 +41,7 @@ async def revoke(sessions: Sessions, key_id: str) -> None:
 
 async def test_a_valid_key_yields_its_principal(sessions: Sessions) -> None:
     key_id, secret = await issue(sessions, allowed_models=["llama", "claude"], tpm_limit=5000)
-    principal = await KeyCache(sessions).authenticate(f"Bearer {secret}")
+    principal = await KeyCache(keys.key_state_loader(sessions)).authenticate(f"Bearer {secret}")
     assert principal.key_id == key_id
     assert principal.key_prefix == secret[:12]
     assert principal.team_name == "research"
@@ -51,7 +52,7 @@ async def test_a_valid_key_yields_its_principal(sessions: Sessions) -> None:
 
 async def test_the_second_call_does_not_query_the_database(sessions: Sessions, queries: QueryCounter) -> None:
     _, secret = await issue(sessions)
-    cache = KeyCache(sessions, ttl_s=5.0)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=5.0)
     await cache.authenticate(f"Bearer {secret}")
     await cache.authenticate(f"Bearer {secret}")
     await cache.authenticate(f"Bearer {secret}")
@@ -59,7 +60,7 @@ async def test_the_second_call_does_not_query_the_database(sessions: Sessions, q
 
 
 async def test_unknown_keys_are_cached_too(sessions: Sessions, queries: QueryCounter) -> None:
-    cache = KeyCache(sessions)
+    cache = KeyCache(keys.key_state_loader(sessions))
     unknown = new_key_secret()
     for _ in range(3):
         with pytest.raises(AuthenticationFailed) as caught:
@@ -71,14 +72,14 @@ async def test_unknown_keys_are_cached_too(sessions: Sessions, queries: QueryCou
 
 async def test_foreign_tokens_are_rejected_without_a_query(sessions: Sessions, queries: QueryCounter) -> None:
     with pytest.raises(AuthenticationFailed):
-        await KeyCache(sessions).authenticate("Bearer sk-proj-not-ours")
+        await KeyCache(keys.key_state_loader(sessions)).authenticate("Bearer sk-proj-not-ours")
     assert queries.key_lookups == 0
 
 
 async def test_entries_are_reloaded_after_the_ttl(sessions: Sessions, queries: QueryCounter) -> None:
     key_id, secret = await issue(sessions)
     clock = FakeClock(100.0)
-    cache = KeyCache(sessions, ttl_s=5.0, clock=clock)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=5.0, clock=clock)
     await cache.authenticate(f"Bearer {secret}")
     await revoke(sessions, key_id)
     clock.now = 104.9
@@ -96,7 +97,7 @@ async def test_expiry_is_checked_on_every_call_even_from_cache(
 ) -> None:
     _, secret = await issue(sessions, expires_in_s=60)
     wall = FakeClock(time.time())
-    cache = KeyCache(sessions, ttl_s=3600.0, wall_clock=wall)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, wall_clock=wall)
     await cache.authenticate(f"Bearer {secret}")
     wall.now += 61
     with pytest.raises(AuthenticationFailed) as caught:
@@ -108,7 +109,7 @@ async def test_expiry_is_checked_on_every_call_even_from_cache(
 
 async def test_concurrent_misses_share_one_query(sessions: Sessions, queries: QueryCounter) -> None:
     _, secret = await issue(sessions)
-    cache = KeyCache(sessions)
+    cache = KeyCache(keys.key_state_loader(sessions))
     principals = await asyncio.gather(*(cache.authenticate(f"Bearer {secret}") for _ in range(50)))
     assert len({p.key_id for p in principals}) == 1
     assert queries.key_lookups == 1
@@ -116,7 +117,7 @@ async def test_concurrent_misses_share_one_query(sessions: Sessions, queries: Qu
 
 async def test_a_cancelled_caller_does_not_cancel_the_shared_query(sessions: Sessions) -> None:
     _, secret = await issue(sessions)
-    cache = KeyCache(sessions)
+    cache = KeyCache(keys.key_state_loader(sessions))
     first = asyncio.create_task(cache.authenticate(f"Bearer {secret}"))
     second = asyncio.create_task(cache.authenticate(f"Bearer {secret}"))
     await asyncio.sleep(0)
@@ -126,7 +127,7 @@ async def test_a_cancelled_caller_does_not_cancel_the_shared_query(sessions: Ses
 
 async def test_invalidate_evicts_locally(sessions: Sessions, queries: QueryCounter) -> None:
     key_id, secret = await issue(sessions)
-    cache = KeyCache(sessions, ttl_s=3600.0)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0)
     await cache.authenticate(f"Bearer {secret}")
     await revoke(sessions, key_id)
     await cache.invalidate(hash_secret(secret))
@@ -137,7 +138,7 @@ async def test_invalidate_evicts_locally(sessions: Sessions, queries: QueryCount
 
 async def test_a_deleted_team_locks_out_its_keys(sessions: Sessions) -> None:
     _, secret = await issue(sessions)
-    cache = KeyCache(sessions, ttl_s=0.0)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=0.0)
     principal = await cache.authenticate(f"Bearer {secret}")
     async with sessions.begin() as session:
         await teams.delete_team(session, principal.team_id)
@@ -150,7 +151,7 @@ async def test_known_keys_are_served_stale_while_the_database_is_down(
 ) -> None:
     _, secret = await issue(sessions)
     clock = FakeClock(0.0)
-    cache = KeyCache(sessions, ttl_s=5.0, clock=clock)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=5.0, clock=clock)
     known = await cache.authenticate(f"Bearer {secret}")
 
     shutil.rmtree(tmp_path / "db")  # the database file is gone: every new connection fails
@@ -177,8 +178,8 @@ async def test_revocation_reaches_another_process_through_redis(
     sessions: Sessions, fake_redis_pair: tuple[fakeredis.FakeAsyncRedis, fakeredis.FakeAsyncRedis]
 ) -> None:
     key_id, secret = await issue(sessions)
-    here = KeyCache(sessions, ttl_s=3600.0, redis=fake_redis_pair[0])
-    there = KeyCache(sessions, ttl_s=3600.0, redis=fake_redis_pair[1])
+    here = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, redis=fake_redis_pair[0])
+    there = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, redis=fake_redis_pair[1])
     listener = asyncio.create_task(there.run_invalidation_listener())
     try:
         await asyncio.wait_for(there.subscribed.wait(), 2.0)

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.auth.key_cache import KeyCache
+from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
 from gateway.settings import Catalog, Settings
@@ -65,7 +66,9 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 @pytest.fixture
 def services(engine: AsyncEngine) -> StandInServices:
     sessions = session_factory(engine)
-    return StandInServices(settings_with(ADMIN_KEY), sessions, KeyCache(sessions, ttl_s=3600.0))
+    return StandInServices(
+        settings_with(ADMIN_KEY), sessions, KeyCache(key_state_loader(sessions), ttl_s=3600.0)
+    )
 
 
 @pytest.fixture
