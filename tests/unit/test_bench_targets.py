@@ -32,14 +32,15 @@ EXTRAS = Extras(
 def test_a_run_within_every_target_is_met_everywhere() -> None:
     table = targets(ROWS, EXTRAS)
     assert _verdicts(table) == ["**met**"] * 6
-    assert "0.079 ms / 0.066 ms / 0.066 ms" in table
+    assert "16: 0.079 ms / 64: 0.066 ms / 256: 0.066 ms" in table
     assert "+0.27 ms" in table and "58.40 ms" in table and "53,589 records/s" in table
 
 
 def test_each_figure_past_its_target_is_missed() -> None:
     slower = [
-        *ROWS[:4],
-        _row("gateway", "non-streaming", 256, p50=48.2, p99=168.0, cpu_s=3.1),  # 0.31 ms a request
+        *ROWS[:3],
+        _row("gateway", "non-streaming", 64, p50=12.3, p99=32.9, cpu_s=2.5),  # 0.25 ms a request
+        _row("gateway", "non-streaming", 256, p50=14.9, p99=38.7, cpu_s=0.66),
         _row("gateway", "50 ms upstream", 256, p50=69.8, p99=117.2, cpu_s=3.1),
     ]
     extras = Extras(
@@ -56,5 +57,5 @@ def test_each_figure_past_its_target_is_missed() -> None:
 
 
 def test_a_section_that_did_not_run_is_not_measured() -> None:
-    only_loaded = [ROWS[2]]  # `--connections 16 --modes json --skip-extras`
+    only_loaded = [ROWS[3]]  # `--connections 64 --modes json --skip-extras`
     assert _verdicts(targets(only_loaded, Extras())) == ["**met**"] + ["not measured"] * 5
