@@ -13,7 +13,7 @@ from litestar.response import Stream
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.errors import ModelNotFound
 from gateway.providers.base import Endpoint
-from gateway.proxy.exchange import ProxyExchange, run_proxy
+from gateway.proxy.exchange import ProxyExchange
 from gateway.proxy.relay import StreamRelay
 from gateway.schemas.openai import (
     ChatCompletionRequest,
@@ -31,13 +31,13 @@ METER_GRACE_S = 5.0  # how long a cancelled stream may take to close upstream an
 async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
     exchange = ProxyExchange()
     try:
-        result = await run_proxy(
-            services_of(request), exchange, request.headers, await request.body(), endpoint
+        result = await services_of(request).pipeline.run(
+            exchange, request.headers, await request.body(), endpoint
         )
     finally:  # the error handlers read these
         request.state.request_id, request.state.principal = exchange.request_id, exchange.principal
-    if result.frames is not None:
-        return Stream(_frames(result.frames), media_type="text/event-stream", headers=result.headers)
+    if result.stream is not None:
+        return Stream(_frames(result.stream), media_type="text/event-stream", headers=result.headers)
     return Response(result.body, media_type=JSON, headers=result.headers)
 
 
@@ -45,12 +45,16 @@ async def _frames(relay: StreamRelay) -> AsyncGenerator[bytes, None]:
     """The relay as Litestar's `Stream` reads it; closed (and metered) however the response ends.
     Litestar cancels a stream whose client left through an anyio cancel scope, which cancels again
     at every await until the scope exits: the clean-up runs shielded from it."""
+    frames = relay.frames()
     try:
-        while (frame := await relay.next_frame()) is not None:
+        async for frame in frames:
             yield frame
     finally:
         with anyio.move_on_after(METER_GRACE_S, shield=True):
-            await relay.close()
+            try:
+                await frames.aclose()
+            finally:
+                await relay.close()
 
 
 _ANY_OBJECT = {"type": "object"}

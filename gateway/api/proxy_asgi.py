@@ -2,27 +2,26 @@
 
 POST /v1/chat/completions, /v1/completions and /v1/embeddings are the gateway's hot path.
 Litestar's per-request machinery (request and response objects, the handler signature model,
-header containers, the exception middleware) cost about a tenth of the gateway's CPU per request
-(docs/performance.md). This front reads the body itself, runs the same `run_proxy` as the Litestar
-handlers, and writes the ASGI messages; a stream is relayed frame by frame and stopped as soon as
-the client leaves (`gateway.api.sse_relay`). Every other request goes to Litestar, which keeps
-documenting these endpoints in the OpenAPI schema and serving them to in-process clients.
+header containers, the exception middleware) is a measurable share of the gateway's CPU per
+request (docs/performance.md). This front reads the body itself, runs the same `ProxyPipeline` as
+the Litestar handlers, and sends the ASGI messages; a stream is relayed frame by frame and stopped
+as soon as the client leaves (`gateway.api.sse_relay`). Every other request goes to Litestar,
+which keeps documenting these endpoints in the OpenAPI schema and serving them to in-process
+clients.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from litestar import Litestar
-from litestar.enums import ScopeType
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
 from gateway.api.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
-from gateway.http_cycle import DIRECT_WRITES, Cycle
 from gateway.providers.base import Endpoint
-from gateway.proxy.exchange import ProxyExchange, run_proxy
+from gateway.proxy.exchange import ProxyExchange
 from gateway.services import Services
 
 ENDPOINTS = {
@@ -30,8 +29,7 @@ ENDPOINTS = {
     "/v1/completions": Endpoint.COMPLETIONS,
     "/v1/embeddings": Endpoint.EMBEDDINGS,
 }
-_HTTP: Final = ScopeType.HTTP  # read once: see gateway.providers.openai on Enum members
-_JSON = (b"content-type", b"application/json")
+JSON = (b"content-type", b"application/json")
 
 
 class BodyTooLarge(Exception):
@@ -46,13 +44,13 @@ class ProxyFront:
     def __init__(self, app: Litestar, max_body_bytes: int) -> None:
         self.app = app
         self._max_body = max_body_bytes
-        # The app's services while its lifespan has them open: `app.state.services` is Litestar's
-        # `State.__getattr__`, interpreted, after a failed attribute lookup (~5,000 instructions).
+        # The app's services while its lifespan has them open, rather than read from the app's
+        # state on every request.
         self._services: Services | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind: str = scope["type"]  # str: the ASGI types leave out the lifespan scope
-        endpoint = ENDPOINTS.get(scope["path"]) if kind == _HTTP else None
+        endpoint = ENDPOINTS.get(scope["path"]) if kind == "http" else None
         if endpoint is not None and scope.get("method") == "POST":
             await self._serve(scope, receive, send, endpoint)
         elif kind == "lifespan":
@@ -79,32 +77,28 @@ class ProxyFront:
         return services
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
-        cycle = _direct(scope)
-        if cycle is not None:  # `gateway serve`'s protocol lower-cases names as it parses them
-            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-        else:  # another server: ASGI asks for lower-case names, and not every client of it complies
-            headers = {
-                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
-            }
+        # Lower-cased here: ASGI asks servers for lower-case names, and the front does not rely on it.
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
+        }
         exchange = ProxyExchange()
-        failed: ErrorReply | None = None
         try:
             raw = await self._body(receive, headers)
-            result = await run_proxy(self.services(), exchange, headers, raw, endpoint)
+            result = await self.services().pipeline.run(exchange, headers, raw, endpoint)
         except GatewayError as exc:
-            failed = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
+            return await _reply(
+                send, gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
+            )
         except BodyTooLarge:
-            failed = http_error_reply(413, None, exchange.request_id)
+            return await _reply(send, http_error_reply(413, None, exchange.request_id))
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
-            failed = internal_error_reply(exc, exchange.request_id, scope["path"])
-        if failed is not None:  # sent after the handlers: no await inside one (setup.py, HOT_PATH)
-            return await _send(cycle, send, failed.status, failed.headers, failed.body)
-        if result.frames is not None:
-            await relay_sse(receive, send, _encoded(SSE, result.headers), result.frames, cycle)
+            return await _reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]))
+        if result.stream is not None:
+            await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream)
         else:
-            await _send(cycle, send, 200, result.headers, result.body)
+            await _send(send, 200, result.headers, result.body)
         return None
 
     async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
@@ -126,24 +120,19 @@ class ProxyFront:
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _direct(scope: Scope) -> Cycle | None:
-    """The request's `gateway.http_protocol.Cycle`, when `gateway serve` offers it."""
-    extensions: Any = scope.get("extensions")  # Any: the ASGI types know no such extension
-    cycle: Cycle | None = extensions.get(DIRECT_WRITES) if extensions is not None else None
-    return cycle
-
-
 def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     encoded = [content_type]
     encoded += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
     return encoded
 
 
-async def _send(cycle: Cycle | None, send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
-    encoded = _encoded(_JSON, headers)
-    if cycle is not None:  # `gateway serve`: the whole response in one write, no ASGI messages
-        return cycle.write_whole(status, encoded, body)
-    encoded.insert(1, (b"content-length", b"%d" % len(body)))
+async def _reply(send: Send, reply: ErrorReply) -> None:
+    await _send(send, reply.status, reply.headers, reply.body)
+
+
+async def _send(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:
+    """A whole response: its head with the body's length, then the body."""
+    encoded = _encoded(JSON, headers)
+    encoded.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body, "more_body": False})
-    return None

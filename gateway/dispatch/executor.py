@@ -1,10 +1,11 @@
 """The executor: the one owner of the upstream HTTP clients. Sends, retries, streams.
 
-Network upstreams go through `http1.UpstreamPool`; the in-process `mock` provider through an
-httpx transport (`httpx_bridge`). Both raise only the gateway's own errors. The executor asks a
-provider adapter to build each upstream request and to parse what comes back, retries retryable
-failures on the same deployment with backoff (honouring `Retry-After` up to a cap), and records
-each outcome on the health board.
+Its clients are given to it where services are wired (`gateway.services`): the network pool
+(`http1.UpstreamPool`) and, when the catalog has a `mock` provider, the in-process mock behind
+`httpx_bridge`. Both raise only the gateway's own errors. The executor asks a provider adapter to
+build each upstream request and to parse what comes back, retries retryable failures on the same
+deployment with backoff (honouring `Retry-After` up to a cap), and records each outcome on the
+health board.
 """
 
 from __future__ import annotations
@@ -13,20 +14,14 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
-from gateway.dispatch.http1 import UpstreamPool
-from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
+from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
 from gateway.errors import UpstreamError
-from gateway.providers.base import (
-    ProviderAdapter,
-    UpstreamCall,
-    UpstreamRequest,
-    UpstreamResponse,
-)
+from gateway.providers.base import ProviderAdapter, UpstreamCall, UpstreamRequest, UpstreamResponse
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
@@ -35,106 +30,42 @@ from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
 MOCK_BASE_URL = "http://mock.invalid/v1"
 T = TypeVar("T")
-# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
-# (see gateway.providers.openai).
-_MOCK: Final = ProviderKind.MOCK
-
-# Module attributes read once into statics (Final): `time.perf_counter` read in a function is a
-# module-attribute lookup per call in the compiled build (docs/performance.md).
-_perf_counter: Final = time.perf_counter
-
-
-class Reply(Protocol):
-    """An upstream's answer: status and headers (lower-case names), then the body as it arrives."""
-
-    @property
-    def status(self) -> int: ...
-
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-
-    async def next_chunk(self) -> bytes | None:
-        """The next piece of the body as it arrives; None at its end."""
-        ...
-
-    async def read(self, limit: int) -> bytes:
-        """The whole body; UpstreamTooLarge once it passes `limit` bytes."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class UpstreamClient(Protocol):
-    async def request(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        *,
-        connect_timeout: float,
-        read_timeout: float,
-    ) -> Reply: ...
-
-    async def aclose(self) -> None: ...
-
-
-class InFlight:
-    """One request counted as in flight on a deployment until `release()` (idempotent)."""
-
-    __slots__ = ("_counts", "_deployment", "_held")
-
-    def __init__(self, counts: dict[str, int], deployment: str) -> None:
-        self._counts, self._deployment, self._held = counts, deployment, True
-        counts[deployment] = counts.get(deployment, 0) + 1
-
-    def __enter__(self) -> InFlight:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.release()
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._counts[self._deployment] -= 1
 
 
 @dataclass(slots=True)
 class Attempts:
     """What happened while sending one request: counted for logs, metering and headers."""
 
-    count: int
-    upstream_s: float  # time spent waiting on the upstream (the gateway's overhead excludes it)
-    ttft_s: float | None
-    errors: list[str]
-
-    def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
-        self.count = 0
-        self.upstream_s = 0.0
-        self.ttft_s = None
-        self.errors = []
+    count: int = 0
+    upstream_s: float = 0.0  # time spent waiting on the upstream (the gateway's overhead excludes it)
+    ttft_s: float | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 class Executor:
-    def __init__(self, catalog: Catalog, health: HealthBoard, rng: random.Random | None = None) -> None:
+    """Sends requests to deployments through `network`, or through `mock` for the `mock` kind."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        health: HealthBoard,
+        network: UpstreamClient,
+        *,
+        mock: UpstreamClient | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if mock is None and any(p.kind is ProviderKind.MOCK for p in catalog.providers):
+            raise ValueError("The catalog has a mock provider: give the executor its in-process client")
         self._retry = catalog.retry
         self._max_response = catalog.limits.max_upstream_response_bytes
         self._health = health
         self._rng = rng or random.Random()
-        # Per provider, resolved once: `Provider.urls` and `adapter_for` are interpreted (settings.py
-        # defines Structs; the registry imports every adapter), two calls a request otherwise.
+        self._network = network
+        self._mock = mock
+        # Per provider, resolved once rather than on every request.
         self._urls = {p.name: p.urls or (MOCK_BASE_URL,) for p in catalog.providers}
         self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}
         self._round_robin = {name: itertools.cycle(urls) for name, urls in self._urls.items()}
-        self._network: UpstreamClient = UpstreamPool()
-        self._mock: UpstreamClient | None = None
-        if any(p.kind is _MOCK for p in catalog.providers):
-            from gateway.dispatch.httpx_bridge import HttpxUpstream
-            from gateway.mockupstream.behaviour import MockBehaviour
-            from gateway.mockupstream.transport import InProcessMockTransport
-
-            self._mock = HttpxUpstream(InProcessMockTransport(MockBehaviour()))
 
     async def aclose(self) -> None:
         await self._network.aclose()
@@ -142,7 +73,7 @@ class Executor:
             await self._mock.aclose()
 
     def _client_for(self, provider: Provider) -> UpstreamClient:
-        if provider.kind is _MOCK and self._mock is not None:
+        if provider.kind is ProviderKind.MOCK and self._mock is not None:
             return self._mock
         return self._network
 
@@ -192,21 +123,18 @@ class Executor:
         """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out."""
         for attempt in range(1, max_attempts + 1):
             attempts.count += 1
-            started = _perf_counter()
-            failure: UpstreamError | None = None
+            started = time.perf_counter()
             try:
                 result = await once()
             except UpstreamError as exc:
-                failure = exc
-            if failure is not None:  # after the handler: no await inside one (setup.py, HOT_PATH)
-                attempts.upstream_s += _perf_counter() - started
-                attempts.errors.append(failure.code or failure.type)
-                await self._on_failure(deployment, failure)
-                if not failure.retryable or attempt == max_attempts:
-                    raise failure
-                await asyncio.sleep(self._backoff(attempt, failure))
+                attempts.upstream_s += time.perf_counter() - started
+                attempts.errors.append(exc.code or exc.type)
+                await self._on_failure(deployment, exc)
+                if not exc.retryable or attempt == max_attempts:
+                    raise
+                await asyncio.sleep(self._backoff(attempt, exc))
                 continue
-            elapsed = _perf_counter() - started
+            elapsed = time.perf_counter() - started
             attempts.upstream_s += elapsed
             attempts.ttft_s = elapsed
             await self._health.record_success(deployment.id)
@@ -220,20 +148,16 @@ class Executor:
         self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
     ) -> bytes:
         reply = await self._open(provider, request)
-        failure: BaseException | None = None
-        try:
-            body = await self._read_capped(reply)
-        except BaseException as exc:
-            failure = exc
-        await reply.aclose()  # whatever the read did, after the handler (setup.py, HOT_PATH)
-        if failure is not None:
-            raise failure
+        body = await self._whole_body(reply)
         if reply.status >= 400:
             raise adapter.classify_error(reply.status, body, reply.headers)
         return body
 
-    async def _read_capped(self, reply: Reply) -> bytes:
-        return await reply.read(self._max_response)
+    async def _whole_body(self, reply: Reply) -> bytes:
+        try:
+            return await reply.read(self._max_response)
+        finally:
+            await reply.aclose()
 
     async def open_stream(
         self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
@@ -255,25 +179,17 @@ class Executor:
         except BaseException:
             in_flight.release()
             raise
+        if reply.status >= 400:
+            with in_flight:
+                body = await self._whole_body(reply)
+            raise adapter.classify_error(reply.status, body, reply.headers)
+        stream = OpenStream(deployment, adapter.stream_translator(call), reply, in_flight, self._max_response)
         try:
-            if reply.status >= 400:
-                body = await self._read_capped(reply)
-                raise adapter.classify_error(reply.status, body, reply.headers)
-            stream = OpenStream(
-                deployment,
-                adapter.stream_translator(call),
-                reply,
-                SSEDecoder(),
-                in_flight,
-                self._max_response,
-            )
             await stream.read_first_frames()
-            return stream
-        except BaseException as exc:
-            in_flight.release()
-            failure = exc
-        await reply.aclose()  # after the handler: no await inside one (setup.py, HOT_PATH)
-        raise failure
+        except BaseException:
+            await stream.close()
+            raise
+        return stream
 
     async def _on_failure(self, deployment: Deployment, exc: UpstreamError) -> None:
         if exc.retryable:

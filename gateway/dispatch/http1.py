@@ -1,17 +1,22 @@
 """The upstream HTTP/1.1 client: keep-alive connections as asyncio protocols, parsed by llhttp.
 
-The gateway sends one kind of request (a POST with a body it already holds) to a handful of
-origins, and relays the answer as it arrives. httpx's transports (httpcore, aiohttp) spend
-0.2 ms of CPU per request on layers the gateway does not use (cookies, redirects, URL objects,
-per-request timeout objects, multidicts); this client writes the request head in one go, parses
-the response with httptools (llhttp, the parser of Node.js and uvicorn) and hands body chunks
-over as they come: about 0.05 ms per request (docs/performance.md).
+It exists because httpcore (under httpx) scans its whole connection pool on every request and
+response, O(n) in connections, each check a probe of the socket: a request costs more with every
+connection a burst left open. This pool takes an idle connection for an origin off a list.
 
 What it does: one pool of idle connections per origin (plain or TLS), reused while the upstream
-keeps them alive; chunked, length-delimited and close-delimited bodies; a read timeout per wait
-and a connect timeout; flow control (a slow reader pauses the socket). Every failure is raised as
-a `gateway.errors.UpstreamError`, so nothing above this module sees a socket error. This module
-is the pool and the reply a caller reads; one connection's wire work is `http1_connection`.
+keeps them alive; at most `max_per_origin` exchanges at once per origin; chunked,
+length-delimited and close-delimited bodies; a read timeout per wait and a connect timeout; flow
+control (a slow reader pauses the socket). Every failure is raised as a
+`gateway.errors.UpstreamError`, so nothing above this module sees a socket error.
+
+What it does not do: HTTP/2, proxies, redirects, cookies, authentication flows, content decoding
+(it asks for none), streamed request bodies, `Expect: 100-continue`, or retries (the executor
+decides those). The gateway sends one kind of request, a POST with a body it already holds, to a
+handful of origins.
+
+This module is the pool and the reply a caller reads; one connection's wire work is
+`gateway.dispatch.http1_connection`.
 """
 
 from __future__ import annotations
@@ -19,55 +24,10 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from typing import Final
+from collections.abc import AsyncGenerator, Mapping
 
 from gateway.dispatch.http1_connection import Connection, request_head, target_of
 from gateway.errors import UpstreamMisconfigured, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-
-# Module attributes read once into statics (Final): `time.monotonic` read in a function is a
-# module-attribute lookup per call in the compiled build (docs/performance.md).
-_monotonic: Final = time.monotonic
-
-
-class Slots:
-    """How many more exchanges may start with one origin: `asyncio.Semaphore`'s acquire and
-    release, first come first served, in the compiled build (the semaphore's are interpreted, five
-    calls a request)."""
-
-    def __init__(self, limit: int) -> None:
-        self._free = limit
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def take(self) -> bool:
-        """Take a slot if one is free and nobody is waiting for one."""
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return True
-        return False
-
-    async def wait(self) -> None:
-        """Wait for a slot (`take` found none)."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot, then given up: pass it on
-            elif waiter in self._waiters:  # (a release may have dropped it already)
-                self._waiters.remove(waiter)
-            raise
-
-    def release(self) -> None:
-        """Hand the slot to the longest waiter, or free it."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
 
 
 class Reply:
@@ -75,7 +35,7 @@ class Reply:
 
     __slots__ = ("_conn", "_headers", "_raw_headers", "_read_timeout", "_released", "_slots", "status")
 
-    def __init__(self, conn: Connection, read_timeout: float, slots: Slots) -> None:
+    def __init__(self, conn: Connection, read_timeout: float, slots: asyncio.Semaphore) -> None:
         self._conn, self._read_timeout, self._released, self._slots = conn, read_timeout, False, slots
         self.status = conn.status
         self._raw_headers = conn.raw_headers
@@ -90,20 +50,16 @@ class Reply:
             }
         return self._headers
 
-    def chunks(self) -> AsyncIterator[bytes]:
-        return _Chunks(self)
-
-    async def next_chunk(self) -> bytes | None:
-        """The next piece of the body as it arrives; None at its end (the connection is released)."""
-        chunk = await self._conn.next_chunk(self._read_timeout)
-        if chunk is None:
-            self._release()
-        return chunk
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
+        """The body, piece by piece as it arrives; the connection is released at its end."""
+        while (chunk := await self._conn.next_chunk(self._read_timeout)) is not None:
+            yield chunk
+        self._release()
 
     async def read(self, limit: int) -> bytes:
-        """The whole body (`chunks` joined, without an async generator), at most `limit` bytes."""
-        conn, parts, size = self._conn, [], 0
-        while (chunk := await conn.next_chunk(self._read_timeout)) is not None:
+        """The whole body, at most `limit` bytes."""
+        parts, size = [], 0
+        while (chunk := await self._conn.next_chunk(self._read_timeout)) is not None:
             size += len(chunk)
             if size > limit:
                 raise UpstreamTooLarge
@@ -127,25 +83,6 @@ class Reply:
         self._release()
 
 
-class _Chunks:
-    """`Reply.chunks()`: an async iterator of its own rather than an async generator, which mypyc
-    does not compile."""
-
-    __slots__ = ("_reply",)
-
-    def __init__(self, reply: Reply) -> None:
-        self._reply = reply
-
-    def __aiter__(self) -> _Chunks:
-        return self
-
-    async def __anext__(self) -> bytes:
-        chunk = await self._reply.next_chunk()
-        if chunk is None:
-            raise StopAsyncIteration
-        return chunk
-
-
 class UpstreamPool:
     """Idle keep-alive connections by origin; a new connection when none is idle.
 
@@ -158,7 +95,7 @@ class UpstreamPool:
         self, max_per_origin: int = 4096, max_idle_per_origin: int = 1024, keepalive_s: float = 60.0
     ) -> None:
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
-        self._slots: dict[tuple[str, str, int], Slots] = {}
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._max_per_origin = max_per_origin
         self._max_idle = max_idle_per_origin
         self._keepalive_s = keepalive_s
@@ -195,15 +132,16 @@ class UpstreamPool:
             raise
         return Reply(conn, read_timeout, slots)
 
-    async def _slot(self, origin: tuple[str, str, int], wait_s: float) -> Slots:
+    async def _slot(self, origin: tuple[str, str, int], wait_s: float) -> asyncio.Semaphore:
         slots = self._slots.get(origin)
         if slots is None:
-            slots = self._slots[origin] = Slots(self._max_per_origin)
-        if slots.take():
+            slots = self._slots[origin] = asyncio.Semaphore(self._max_per_origin)
+        if not slots.locked():  # a free slot is taken at once: no timer to arm
+            await slots.acquire()
             return slots
         try:
             async with asyncio.timeout(wait_s):
-                await slots.wait()
+                await slots.acquire()
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"All {self._max_per_origin} connections to the upstream stayed busy"
@@ -212,7 +150,7 @@ class UpstreamPool:
 
     def _idle_connection(self, origin: tuple[str, str, int]) -> Connection | None:
         idle = self._idle.get(origin)
-        now = _monotonic()
+        now = time.monotonic()
         while idle:
             conn = idle.pop()
             if not conn.closed and now - conn.idle_since < self._keepalive_s:
@@ -251,7 +189,7 @@ class UpstreamPool:
         if len(idle) >= self._max_idle:
             conn.close()
             return
-        conn.idle_since = _monotonic()
+        conn.idle_since = time.monotonic()
         idle.append(conn)
 
     async def aclose(self) -> None:

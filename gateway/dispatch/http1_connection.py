@@ -12,13 +12,13 @@ import asyncio
 import functools
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
 
 from gateway.errors import UpstreamError, UpstreamMisconfigured, UpstreamTimeout, UpstreamUnavailable
-from gateway.records import record
 
 
 class ConnectionPool(Protocol):
@@ -31,7 +31,7 @@ HIGH_WATER = 256 * 1024  # buffered body bytes at which the socket stops being r
 MAX_HEAD = 64 * 1024  # response status line and headers together
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where one URL goes: the pool it shares (origin) and the request line's target."""
 
@@ -69,7 +69,7 @@ class Connection(asyncio.Protocol):
         self, pool: ConnectionPool, origin: tuple[str, str, int], loop: asyncio.AbstractEventLoop
     ) -> None:
         self.pool, self.origin = pool, origin
-        self._loop = loop  # kept: asyncio.get_running_loop() is a getpid() system call on CPython 3.11
+        self._loop = loop
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._waiter: asyncio.Future[None] | None = None

@@ -7,7 +7,9 @@ mapped to the gateway's own at this boundary.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from typing import cast
 
 import httpx
 
@@ -15,27 +17,29 @@ from gateway.errors import UpstreamError, UpstreamTimeout, UpstreamTooLarge, Ups
 
 
 class HttpxReply:
-    __slots__ = ("_chunks", "_response", "headers", "status")
+    __slots__ = ("_response", "headers", "status")
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
-        self._chunks: AsyncIterator[bytes] | None = None
         self.status = response.status_code
         self.headers = {name.lower(): value for name, value in response.headers.items()}
 
-    async def next_chunk(self) -> bytes | None:
-        if self._chunks is None:
-            self._chunks = self._response.aiter_bytes()
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
+        # httpx types `aiter_bytes()` as an iterator; it is an async generator, closed here.
+        body = cast(AsyncGenerator[bytes, None], self._response.aiter_bytes())
         with map_httpx_errors():
-            return await anext(self._chunks, None)
+            async with contextlib.aclosing(body) as chunks:
+                async for chunk in chunks:
+                    yield chunk
 
     async def read(self, limit: int) -> bytes:
         parts, size = [], 0
-        while (chunk := await self.next_chunk()) is not None:
-            size += len(chunk)
-            if size > limit:
-                raise UpstreamTooLarge
-            parts.append(chunk)
+        async with contextlib.aclosing(self.chunks()) as chunks:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    raise UpstreamTooLarge
+                parts.append(chunk)
         return b"".join(parts)
 
     async def aclose(self) -> None:
@@ -65,19 +69,16 @@ class HttpxUpstream:
         await self.transport.aclose()
 
 
-class map_httpx_errors:
+@contextlib.contextmanager
+def map_httpx_errors() -> Iterator[None]:
     """Translate httpx's exceptions into the gateway's own, so nothing above knows httpx."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or not isinstance(exc, httpx.HTTPError):
-            return
-        if isinstance(exc, httpx.TimeoutException):
-            raise UpstreamTimeout("The upstream did not answer in time") from exc
-        if isinstance(exc, httpx.ConnectError):
-            raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
-        if isinstance(exc, httpx.RemoteProtocolError):
-            raise UpstreamError("The upstream closed the connection mid-response") from exc
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise UpstreamTimeout("The upstream did not answer in time") from exc
+    except httpx.ConnectError as exc:
+        raise UpstreamUnavailable("The upstream refused or dropped the connection") from exc
+    except httpx.RemoteProtocolError as exc:
+        raise UpstreamError("The upstream closed the connection mid-response") from exc
+    except httpx.HTTPError as exc:
         raise UpstreamError(f"The upstream connection failed ({type(exc).__name__})") from exc

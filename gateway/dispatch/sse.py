@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Final
-
-# Bytes sought as integers: `13 in buffer` is a `memchr`, where `b"\r" in buffer` on CPython 3.11
-# first tries the needle as an integer, and formats and drops a TypeError (8 times slower).
-_CR: Final = ord("\r")
-_LF: Final = ord("\n")
-
 
 class SSEDecoder:
     """Splits a byte stream into events and returns each event's data (multi-line data joined)."""
@@ -23,7 +16,7 @@ class SSEDecoder:
         held = b""
         if buffer.endswith(b"\r"):  # maybe half of a CRLF split between chunks: wait for the rest
             buffer, held = buffer[:-1], b"\r"
-        if _CR in buffer:
+        if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         *events, rest = buffer.split(b"\n\n")
         self._buffer = rest + held
@@ -42,7 +35,7 @@ class SSEDecoder:
 
 
 def _data_of(event: bytes) -> bytes | None:
-    if event.startswith(b"data: ") and _LF not in event:  # one line of data: nearly every event
+    if event.startswith(b"data: ") and b"\n" not in event:  # one line of data: nearly every event
         return event[6:]
     lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
     if not lines:

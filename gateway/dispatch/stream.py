@@ -1,64 +1,52 @@
 """An upstream stream once it has produced its first frames: the frames the client is relayed.
 
-Read with `next_frames()` (a coroutine, not an async generator, so that a compiled build compiles
-it, docs/performance.md) and closed with `close()`.
+The executor reads a stream up to its first frames (`read_first_frames`) and hands it over; the
+relay reads the rest with `frames()` and ends it with `close()`, however the relay ended.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
 
 from gateway.dispatch.sse import SSEDecoder
+from gateway.dispatch.upstream import InFlight, Reply
 from gateway.errors import UpstreamTooLarge
 from gateway.providers.base import StreamTranslator
 from gateway.routing.deployment import Deployment
 
-if TYPE_CHECKING:
-    from gateway.dispatch.executor import InFlight, Reply
 
-
+@dataclass(slots=True)
 class OpenStream:
-    """An upstream stream that has produced its first frames; `next_frames()` until None relays it."""
+    """An upstream stream that has produced its first frames (or ended before any)."""
 
-    def __init__(
-        self,
-        deployment: Deployment,
-        translator: StreamTranslator,
-        reply: Reply,
-        decoder: SSEDecoder,
-        in_flight: InFlight,
-        max_bytes: int,
-    ) -> None:
-        self.deployment = deployment
-        self.translator = translator
-        self.reply = reply
-        self.decoder = decoder
-        self.in_flight = in_flight
-        self.max_bytes = max_bytes
-        self.first_frames: list[bytes] = []
-        self.received = 0
-        self.frames_sent = 0
-        self.finished = False  # the upstream ended the stream and every frame was decoded
-        self._closed = False
+    deployment: Deployment
+    translator: StreamTranslator
+    reply: Reply
+    in_flight: InFlight
+    max_bytes: int
+    decoder: SSEDecoder = field(default_factory=SSEDecoder)
+    first_frames: list[bytes] = field(default_factory=list)
+    received: int = 0
+    frames_sent: int = 0
+    finished: bool = False  # the upstream ended the stream and every frame was decoded
+    closed: bool = False
+    # The reply's body, read by `read_first_frames` and then by `frames()`: one iterator for both.
+    chunks: AsyncGenerator[bytes, None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chunks = self.reply.chunks()
 
     async def read_first_frames(self) -> None:
         """Read until there is something to send: the gateway commits to this stream only then."""
-        while not self.first_frames:
-            chunk = await self.reply.next_chunk()
-            if chunk is None:
-                self.first_frames.extend(self._tail())
+        async for chunk in self.chunks:
+            self.first_frames += self._decode(chunk)
+            if self.first_frames:
                 return
-            self.count(len(chunk))
-            for data in self.decoder.feed(chunk):
-                self.first_frames.extend(self.translator.feed(data))
+        self.first_frames += self._tail()
 
-    def count(self, size: int) -> None:
-        self.received += size
-        if self.received > self.max_bytes:
-            raise UpstreamTooLarge("The upstream stream exceeds the gateway's size limit")
-
-    async def next_frames(self) -> bytes | None:
-        """The next OpenAI SSE frames, joined; None once the stream has ended.
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        """The OpenAI SSE frames, the first ones included, until the upstream ends the stream.
 
         The frames decoded from one upstream read go out together, in one write: nothing waits
         for anything that has not arrived, and a burst costs one send instead of one per frame.
@@ -66,34 +54,41 @@ class OpenStream:
         if self.first_frames:
             first, self.first_frames = self.first_frames, []
             self.frames_sent += len(first)
-            return b"".join(first)
-        while not self.finished:
-            chunk = await self.reply.next_chunk()
-            if chunk is None:
-                tail = self._tail()
-                return b"".join(tail) if tail else None
-            self.count(len(chunk))
-            out: list[bytes] = []
-            for data in self.decoder.feed(chunk):
-                out.extend(self.translator.feed(data))
-            if out:
-                self.frames_sent += len(out)
-                return b"".join(out)
-        return None
+            yield b"".join(first)
+        if self.finished:
+            return
+        async for chunk in self.chunks:
+            if frames := self._decode(chunk):
+                self.frames_sent += len(frames)
+                yield b"".join(frames)
+        if tail := self._tail():
+            yield b"".join(tail)
+
+    def _decode(self, chunk: bytes) -> list[bytes]:
+        self.received += len(chunk)
+        if self.received > self.max_bytes:
+            raise UpstreamTooLarge("The upstream stream exceeds the gateway's size limit")
+        frames: list[bytes] = []
+        for data in self.decoder.feed(chunk):
+            frames += self.translator.feed(data)
+        return frames
 
     def _tail(self) -> list[bytes]:
         """What the decoder and translator hold once the upstream has ended (not counted as sent)."""
         tail: list[bytes] = []
         for data in self.decoder.close():
-            tail.extend(self.translator.feed(data))
-        tail.extend(self.translator.finish())
+            tail += self.translator.feed(data)
+        tail += self.translator.finish()
         self.finished = True
         return tail
 
     async def close(self) -> None:
         """Stop counting the stream in flight and give its connection back (or drop it); idempotent."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self.in_flight.release()
-        await self.reply.aclose()
+        try:
+            await self.chunks.aclose()
+        finally:
+            await self.reply.aclose()

@@ -1,7 +1,8 @@
-"""One proxied request from its headers and body to the answer's parts: `run_proxy`.
+"""One proxied request from its headers and body to the answer's parts: `ProxyPipeline.run`.
 
 Shared by the ASGI front (`gateway.api.proxy_asgi`, the hot path) and the Litestar handlers
-(`gateway.api.openai`, which document the endpoints and serve in-process clients).
+(`gateway.api.openai`, which document the endpoints and serve in-process clients). The pipeline is
+built where services are wired (`gateway.services`).
 """
 
 from __future__ import annotations
@@ -10,23 +11,20 @@ import itertools
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
 
+from gateway.auth.key_cache import KeyCache
 from gateway.auth.principal import Principal
+from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError
-from gateway.limits import estimate_tokens, requested_max_tokens
+from gateway.limits import Limiter, estimate_tokens, requested_max_tokens
+from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import parse_request
-from gateway.proxy.service import ProxyContext
+from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
-from gateway.services import Services
-
-# Module attributes read once into statics (Final): `time.perf_counter` read in a function is a
-# module-attribute lookup per call in the compiled build (docs/performance.md).
-_perf_counter: Final = time.perf_counter
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -63,56 +61,53 @@ def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) 
 class ProxyExchange:
     """Who and what one proxied request is, as far as it got: error replies and logs read it."""
 
-    request_id: str
-    principal: Principal | None
-
-    def __init__(self) -> None:  # written out: dataclasses' own is interpreted (ProxyContext)
-        self.request_id = new_request_id()
-        self.principal = None
+    request_id: str = field(default_factory=new_request_id)
+    principal: Principal | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ProxyResult:
     headers: dict[str, str]
-    body: bytes
-    frames: StreamRelay | None  # an SSE stream instead of a body
-
-    # A class of the compiled build, not a `record`: read on every request, where a Struct's
-    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
-    # the one dataclasses generates is interpreted.
-    def __init__(self, headers: dict[str, str], body: bytes = b"", frames: StreamRelay | None = None) -> None:
-        self.headers = headers
-        self.body = body
-        self.frames = frames
+    body: bytes = b""
+    stream: StreamRelay | None = None  # an SSE stream instead of a body
 
 
-async def run_proxy(
-    services: Services, exchange: ProxyExchange, headers: Mapping[str, str], raw: bytes, endpoint: Endpoint
-) -> ProxyResult:
-    """One proxied request, from its headers (lower-case names) and body to the answer's parts."""
-    principal = exchange.principal = await services.key_cache.authenticate(headers.get("authorization"))
-    parsed = parse_request(raw, endpoint, services.settings.catalog.limits.max_messages)
-    directives = parse_directives(headers, parsed.gateway_object)
-    estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
-    admission = await services.limiter.admit(principal, estimated)
-    ctx = ProxyContext(exchange.request_id, principal, parsed, directives, estimated_tokens=estimated)
-    failure: GatewayError | None = None
-    try:
-        if parsed.stream:
-            stream = await services.proxy.open_stream(ctx)
-        else:
-            completed = await services.proxy.complete(ctx)
-    except GatewayError as exc:
-        exc.headers = admission.headers | exc.headers
-        failure = exc
-    if failure is not None:  # after the handler: no await inside one (setup.py, HOT_PATH)
-        if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
-            await services.limiter.release(principal, estimated)
-        raise failure
-    overhead = _perf_counter() - ctx.started - ctx.attempts.upstream_s
-    services.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
-    if parsed.stream:
-        answer = gateway_headers(exchange.request_id, stream.deployment, overhead) | SSE_HEADERS
-        return ProxyResult(answer | admission.headers, frames=services.proxy.relay(ctx, stream))
-    answer = gateway_headers(exchange.request_id, completed.deployment, overhead) | admission.headers
-    return ProxyResult(answer, body=completed.response.body)
+@dataclass(frozen=True, slots=True)
+class ProxyPipeline:
+    """Authenticate, parse, admit, then proxy: what every front runs for a proxied request."""
+
+    keys: KeyCache
+    limiter: Limiter
+    proxy: ProxyService
+    metrics: Metrics
+    max_messages: int
+
+    async def run(
+        self, exchange: ProxyExchange, headers: Mapping[str, str], raw: bytes, endpoint: Endpoint
+    ) -> ProxyResult:
+        """One proxied request, from its headers (lower-case names) and body to the answer's parts."""
+        principal = exchange.principal = await self.keys.authenticate(headers.get("authorization"))
+        parsed = parse_request(raw, endpoint, self.max_messages)
+        directives = parse_directives(headers, parsed.gateway_object)
+        estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
+        admission = await self.limiter.admit(principal, estimated)
+        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, estimated_tokens=estimated)
+        outcome: OpenStream | Completed
+        try:
+            if parsed.stream:
+                outcome = await self.proxy.open_stream(ctx)
+            else:
+                outcome = await self.proxy.complete(ctx)
+        except GatewayError as exc:
+            exc.headers = admission.headers | exc.headers
+            if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
+                await self.limiter.release(principal, estimated)
+            raise
+        overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+        self.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
+        answer = gateway_headers(exchange.request_id, outcome.deployment, overhead)
+        if isinstance(outcome, OpenStream):
+            return ProxyResult(
+                answer | SSE_HEADERS | admission.headers, stream=self.proxy.relay(ctx, outcome)
+            )
+        return ProxyResult(answer | admission.headers, body=outcome.response.body)

@@ -1,62 +1,59 @@
-"""The relay of one SSE stream to the client, metered once however it ends.
+"""The relay of one SSE stream to the client: its frames, then one usage record however it ended.
 
-A class with coroutine methods rather than an async generator, so that a compiled build compiles
-it (mypyc does not compile async generators): `next_frame()` until None, then `close()`, which the
-front (`gateway.api.sse_relay`) calls whatever happened, a client leaving included.
+`frames()` is what the front sends, an upstream error after the first byte ending it in-band;
+`close()` closes the upstream and meters. They are apart because the front stops `frames()` by
+cancelling it when the client leaves, and the metering must not be where that cancellation lands:
+the front closes the relay once the frames are over (`gateway.api.sse_relay`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
+from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError
-
-if TYPE_CHECKING:
-    from gateway.dispatch.stream import OpenStream
-    from gateway.proxy.service import ProxyContext, ProxyService
 
 log = structlog.get_logger("gateway.proxy")
 
+# Records the usage of a stream that has ended, given the status and error code it ended with.
+StreamMeter = Callable[[OpenStream, int, str | None], Awaitable[None]]
 
+
+@dataclass(slots=True)
 class StreamRelay:
-    """The frames of one stream for the client; an error after the first byte ends it in-band."""
+    """The frames of one stream for the client, and its close; `close()` runs once."""
 
-    def __init__(self, service: ProxyService, ctx: ProxyContext, stream: OpenStream) -> None:
-        self._service = service
-        self._ctx = ctx
-        self._stream = stream
-        self._status = 200
-        self._error_code: str | None = None
-        self._ended = False
-        self._closed = False
+    request_id: str
+    stream: OpenStream
+    meter: StreamMeter
+    status: int = 200
+    error_code: str | None = None
+    closed: bool = False
 
-    async def next_frame(self) -> bytes | None:
-        """The next frames to send (several joined when one upstream read held them); None at the end."""
-        if self._ended:
-            return None
-        failure: GatewayError | None = None
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        """The frames to send, several joined when one upstream read held them."""
         try:
-            frames = await self._stream.next_frames()
+            async with contextlib.aclosing(self.stream.frames()) as frames:
+                async for frame in frames:
+                    yield frame
         except GatewayError as exc:
-            failure = exc
-        if failure is not None:
-            self._ended = True
-            self._status, self._error_code = failure.status, failure.code
-            log.warning("stream_failed", request_id=self._ctx.request_id, code=failure.code)
-            return b"data: " + failure.to_json() + b"\n\n"
-        if frames is None:
-            self._ended = True
-        return frames
+            self.status, self.error_code = exc.status, exc.code
+            log.warning("stream_failed", request_id=self.request_id, code=exc.code)
+            yield b"data: " + exc.to_json() + b"\n\n"
 
     async def close(self) -> None:
         """Close the upstream and record the usage, once, however the relay ended (a client that
-        walks away included: the front calls this after the cancellation it caused). Both steps
-        are bounded already: the upstream connection is given back without a wait, and the usage
-        record goes to Redis within one round trip's timeout or else to the spool."""
-        if self._closed:
+        walks away included). Both steps are bounded already: the upstream connection is given
+        back without a wait, and the usage record goes to Redis within one round trip's timeout
+        or else to the spool."""
+        if self.closed:
             return
-        self._closed = True
-        await self._stream.close()
-        await self._service.meter_stream(self._ctx, self._stream, self._status, self._error_code)
+        self.closed = True
+        try:
+            await self.stream.close()
+        finally:
+            await self.meter(self.stream, self.status, self.error_code)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
@@ -18,16 +18,12 @@ _TYPED: dict[Endpoint, type[msgspec.Struct]] = {
     Endpoint.EMBEDDINGS: EmbeddingRequest,
 }
 _DECODER = msgspec.json.Decoder(dict[str, Any])
-_convert: Final = msgspec.convert  # a static in the compiled build: no module-attribute lookup per call
 _AT_PATH = re.compile(r" - at `\$\.?(.*)`$")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ParsedRequest:
-    """The request as parsed, read everywhere on its way and never changed.
-
-    A class of the compiled build, not a `record`: its attributes are read a dozen times a request,
-    each a C struct field here where a `msgspec.Struct`'s is a generic attribute lookup."""
+    """The request as parsed, read everywhere on its way and never changed."""
 
     endpoint: Endpoint
     body: dict[str, Any]  # the client's body minus the `gateway` object
@@ -37,27 +33,6 @@ class ParsedRequest:
     gateway_object: Any
     chat: ChatCompletionRequest | None
     prompt_cache_key: str | None
-
-    # Written out: the `__init__` dataclasses generates is interpreted (gateway.proxy.service.ProxyContext).
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        body: dict[str, Any],
-        model: str,
-        stream: bool,
-        client_wants_usage: bool,
-        gateway_object: Any,
-        chat: ChatCompletionRequest | None,
-        prompt_cache_key: str | None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.body = body
-        self.model = model
-        self.stream = stream
-        self.client_wants_usage = client_wants_usage
-        self.gateway_object = gateway_object
-        self.chat = chat
-        self.prompt_cache_key = prompt_cache_key
 
 
 _RETENTIONS = {"in-memory": "in_memory", "in_memory": "in_memory", "24h": "24h"}
@@ -86,7 +61,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         raise InvalidRequest("The request body is nested too deeply") from None
     gateway_object = body.pop("gateway", None)
     try:
-        typed = _convert(body, _TYPED[endpoint])
+        typed = msgspec.convert(body, _TYPED[endpoint])
     except msgspec.ValidationError as exc:
         message = str(exc)
         match = _AT_PATH.search(message)
@@ -110,12 +85,12 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
     if not model:
         raise InvalidRequest("model must not be empty", param="model")
     return ParsedRequest(
-        endpoint,
-        body,
-        model,
-        stream,
-        bool(stream_options is not None and stream_options.include_usage),
-        gateway_object,
-        chat,
-        chat.prompt_cache_key if chat is not None else None,
+        endpoint=endpoint,
+        body=body,
+        model=model,
+        stream=stream,
+        client_wants_usage=bool(stream_options is not None and stream_options.include_usage),
+        gateway_object=gateway_object,
+        chat=chat,
+        prompt_cache_key=chat.prompt_cache_key if chat is not None else None,
     )

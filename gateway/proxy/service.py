@@ -8,11 +8,12 @@ eligible deployment before their first byte unless `fallback: never`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 
@@ -35,22 +36,11 @@ from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployme
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
-# Read once: an Enum's members are read through EnumType's __getattr__ hook on CPython 3.11
-# (see gateway.providers.openai).
-_UPSTREAM: Final = UsageSource.UPSTREAM
-_ESTIMATED: Final = UsageSource.ESTIMATED
-_NO_USAGE: Final = UsageSource.NONE
-
-# Module attributes read once into statics (Final): `time.perf_counter` read in a function is a
-# module-attribute lookup per call in the compiled build (docs/performance.md).
-_wall_time: Final = time.time
-_perf_counter: Final = time.perf_counter
 
 
 def milliseconds(seconds: float) -> float:
-    """Seconds as milliseconds to the microsecond: `round(seconds * 1000, 3)` formats the number
-    as decimal text and reads it back (~2,000 instructions); rounding to whole microseconds does
-    not, and gives the same float but in a half-way case."""
+    """Seconds as milliseconds to the microsecond: the float `round(seconds * 1000, 3)` gives
+    (but in a half-way case), without formatting the number as decimal text and reading it back."""
     return round(seconds * 1_000_000) / 1000
 
 
@@ -78,46 +68,18 @@ class ProxyContext:
     principal: Principal
     parsed: ParsedRequest
     directives: Directives
-    created_at: float
-    started: float
-    attempts: Attempts
-    deployment: Deployment | None
-    estimated_tokens: int  # reserved at admission; the limiter settles against it
-    moved: bool  # this request has followed its batch's pin to a new deployment
-
-    # Written out: the `__init__` dataclasses generates is interpreted Python, even in the compiled
-    # build (mypyc compiles only the methods in the source), and this runs for every request.
-    def __init__(
-        self,
-        request_id: str,
-        principal: Principal,
-        parsed: ParsedRequest,
-        directives: Directives,
-        estimated_tokens: int = 0,
-    ) -> None:
-        self.request_id = request_id
-        self.principal = principal
-        self.parsed = parsed
-        self.directives = directives
-        self.created_at = _wall_time()
-        self.started = _perf_counter()
-        self.attempts = Attempts()
-        self.deployment = None
-        self.estimated_tokens = estimated_tokens
-        self.moved = False
+    estimated_tokens: int = 0  # reserved at admission; the limiter settles against it
+    created_at: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.perf_counter)
+    attempts: Attempts = field(default_factory=Attempts)
+    deployment: Deployment | None = None
+    moved: bool = False  # this request has followed its batch's pin to a new deployment
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Completed:
     deployment: Deployment
     response: UpstreamResponse
-
-    # A class of the compiled build, not a `record`: read on every request, where a Struct's
-    # attribute is a generic lookup (gateway.proxy.request.ParsedRequest). `__init__` written out:
-    # the one dataclasses generates is interpreted.
-    def __init__(self, deployment: Deployment, response: UpstreamResponse) -> None:
-        self.deployment = deployment
-        self.response = response
 
 
 class ProxyService:
@@ -220,12 +182,10 @@ class ProxyService:
             max_attempts = self._retry.max_attempts if bound else 1
             try:
                 result = await attempt(deployment, self._call(ctx, deployment), ctx.attempts, max_attempts)
-                failed = False
             except UpstreamError as exc:
-                last_error, failed = exc, True
+                last_error = exc
                 if not exc.retryable:
                     raise
-            if failed:  # after the handler: no await inside one (setup.py, HOT_PATH)
                 moved = None if pin is None or candidates else await self._replacement(ctx, pin, deployment)
                 if moved is not None:  # at most once per request (ctx.moved)
                     pin, moved_to = moved
@@ -246,40 +206,34 @@ class ProxyService:
         raise last_error
 
     async def complete(self, ctx: ProxyContext) -> Completed:
-        failure: GatewayError | None = None
         try:
             response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
         except GatewayError as exc:
-            failure = exc
-        if failure is not None:  # metered after the handler: no await inside one (setup.py, HOT_PATH)
-            await self._meter_failure(ctx, failure)
-            raise failure
+            await self._meter_failure(ctx, exc)
+            raise
         assert ctx.deployment is not None
-        await self._meter(ctx, ctx.deployment, 200, response.usage, _UPSTREAM)
+        await self._meter(ctx, ctx.deployment, 200, response.usage, UsageSource.UPSTREAM)
         return Completed(ctx.deployment, response)
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
-        failure: GatewayError | None = None
         try:
             stream: OpenStream = await self._dispatch(ctx, self._executor.open_stream)
         except GatewayError as exc:
-            failure = exc
-        if failure is not None:  # metered after the handler: no await inside one (setup.py, HOT_PATH)
-            await self._meter_failure(ctx, failure)
-            raise failure
+            await self._meter_failure(ctx, exc)
+            raise
         return stream
 
     def relay(self, ctx: ProxyContext, stream: OpenStream) -> StreamRelay:
         """Relay frames as they come; meter once at the end, however the stream ends."""
-        return StreamRelay(self, ctx, stream)
+        return StreamRelay(ctx.request_id, stream, functools.partial(self.meter_stream, ctx))
 
     async def meter_stream(
         self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None
     ) -> None:
         """The usage record of a stream that has ended: upstream counts, or estimated without them."""
-        usage, source = stream.translator.usage, _UPSTREAM
+        usage, source = stream.translator.usage, UsageSource.UPSTREAM
         if usage is None:
-            usage, source = self._estimate(ctx, stream.frames_sent), _ESTIMATED
+            usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
         await self._meter(ctx, stream.deployment, status, usage, source, error_code)
@@ -299,7 +253,7 @@ class ProxyService:
     async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
         if ctx.deployment is None or ctx.attempts.count == 0:
             return  # never reached an upstream: nothing to bill, nothing to record
-        await self._meter(ctx, ctx.deployment, exc.status, None, _NO_USAGE, exc.code)
+        await self._meter(ctx, ctx.deployment, exc.status, None, UsageSource.NONE, exc.code)
         exc.logged = True
 
     async def _meter(
@@ -312,11 +266,11 @@ class ProxyService:
         error_code: str | None = None,
     ) -> None:
         tokens = usage or TokenUsage()
-        endpoint = ctx.parsed.endpoint._value_  # `value` is a property, interpreted: two calls
+        endpoint = ctx.parsed.endpoint.value
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
         provider, region = deployment.provider.name, deployment.region
         prompt_tokens, completion_tokens = tokens.prompt_tokens, tokens.completion_tokens
-        latency_ms = milliseconds(_perf_counter() - ctx.started)
+        latency_ms = milliseconds(time.perf_counter() - ctx.started)
         event = UsageEvent(
             request_id=ctx.request_id,
             created_at=ctx.created_at,
@@ -334,7 +288,7 @@ class ProxyService:
             completion_tokens=completion_tokens,
             cached_tokens=tokens.cached_tokens,
             cache_write_tokens=tokens.cache_write_tokens,
-            usage_source=source if usage is not None else _NO_USAGE,
+            usage_source=source if usage is not None else UsageSource.NONE,
             cost=deployment.tariff.cost(tokens),
             uncached_cost=deployment.tariff.uncached_cost(tokens),
             latency_ms=latency_ms,
@@ -346,17 +300,13 @@ class ProxyService:
         else:  # both awaited (the spend counts before the client has its answer), and the settle is
             # queued as it is called: both commands go out in the same Redis round trip
             settled = self._settle(ctx.principal, event, ctx.estimated_tokens)
-            failure: BaseException | None = None
             try:
                 await self._usage.append(event)
-            except BaseException as exc:
-                failure = exc
-            await settled  # whatever the append did, after the handler (setup.py, HOT_PATH)
-            if failure is not None:
-                raise failure
+            finally:
+                await settled  # whatever the append did
         if self._on_event is not None:
             self._on_event(event)
-        log_request(  # the event's fields from the locals: a Struct's attribute read is a lookup each
+        log_request(
             {
                 "request_id": ctx.request_id,
                 "key": ctx.principal.key_prefix,

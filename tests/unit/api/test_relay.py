@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -14,23 +15,27 @@ class Upstream:
     """A relay's stand-in (`gateway.proxy.relay.StreamRelay`): frames, then a clean-up it records."""
 
     def __init__(self, frames: int, gap_s: float = 0.0) -> None:
-        self.frames, self.gap_s = frames, gap_s
+        self.frame_count, self.gap_s = frames, gap_s
         self.closes = 0
         self.sent = 0
+        self.frames_closed = False
 
     @property
     def cleaned_up(self) -> bool:
         return self.closes > 0
 
-    async def next_frame(self) -> bytes | None:
-        if self.sent == self.frames:
-            return None
-        if self.gap_s:
-            await asyncio.sleep(self.gap_s)
-        self.sent += 1
-        return b"data: %d\n\n" % (self.sent - 1)
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        try:
+            while self.sent < self.frame_count:
+                if self.gap_s:
+                    await asyncio.sleep(self.gap_s)
+                self.sent += 1
+                yield b"data: %d\n\n" % (self.sent - 1)
+        finally:
+            self.frames_closed = True
 
     async def close(self) -> None:
+        assert self.frames_closed or self.sent == 0  # the frames are over before the clean-up
         await asyncio.sleep(0)  # clean-up that awaits, as closing the upstream and metering do
         self.closes += 1
 
@@ -115,3 +120,27 @@ async def test_a_head_that_cannot_be_sent_still_closes_the_relay() -> None:
         await relay_sse(Gone().receive, Gone().send, [SSE], upstream)
     assert upstream.closes == 1
     assert upstream.sent == 0
+
+
+async def test_a_client_leaving_between_two_sends_closes_the_frames_before_the_clean_up() -> None:
+    class SlowClient(Client):
+        async def send(self, message: dict[str, Any]) -> None:
+            await asyncio.sleep(0.01)  # the client leaves while a frame is being sent
+            await super().send(message)
+
+    upstream, client = Upstream(frames=1000), SlowClient(leaves_after_s=0.05)
+    await asyncio.wait_for(relay_sse(client.receive, client.send, [SSE], upstream), timeout=5)
+    assert upstream.frames_closed and upstream.closes == 1
+    assert upstream.sent < 50
+
+
+async def test_a_client_leaving_once_the_stream_is_whole_does_not_cancel_the_clean_up() -> None:
+    class Metered(Upstream):
+        async def close(self) -> None:
+            await asyncio.sleep(0.05)  # the client leaves while the usage is being recorded
+            self.closes += 1
+
+    upstream, client = Metered(frames=2), Client(leaves_after_s=0.01)
+    await relay_sse(client.receive, client.send, [SSE], upstream)
+    assert upstream.closes == 1
+    assert client.done.is_set()  # the whole stream went out, its end included

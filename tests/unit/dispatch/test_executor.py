@@ -1,12 +1,13 @@
 """The executor against a real mock upstream process: replica choice, retries, errors, streams.
 
-The executor owns its upstream connection pool, so it is exercised over real HTTP against
+The executor is given the upstream connection pool, so it is exercised over real HTTP against
 `gateway mock-upstream` (the seam), with failures injected through the mock's behaviour; the
-built-in `mock` provider kind is served in-process.
+built-in `mock` provider kind is served in-process, by the client services wire in for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,12 +16,14 @@ import msgspec
 import pytest
 
 from gateway.dispatch.executor import Attempts, Executor, backoff_delay
+from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.health import HealthBoard
 from gateway.schemas.openai import ChatCompletionRequest
+from gateway.services import in_process_mock
 from gateway.settings import (
     Catalog,
     CircuitSettings,
@@ -70,7 +73,9 @@ class Harness:
         self.deployments = {d.provider.name: d for d in table.all()}
         ids = [d.id for d in self.deployments.values()]
         self.health = HealthBoard(ids, CircuitSettings(failure_threshold=100))
-        self.executor = Executor(catalog, self.health, random.Random(7))
+        self.executor = Executor(
+            catalog, self.health, UpstreamPool(), mock=in_process_mock(catalog), rng=random.Random(7)
+        )
 
     def deployment(self, name: str = "up") -> Deployment:
         return self.deployments[name]
@@ -183,6 +188,13 @@ async def test_without_a_cache_key_replicas_take_turns(
         await harness.executor.send(harness.deployment(), chat_call(), Attempts(), 1)
 
     assert replicas_hit(upstream) == ["replica-0", "replica-1", "replica-2"] * 2
+
+
+def test_a_mock_provider_needs_its_in_process_client() -> None:
+    mock_catalog = catalog(provider("builtin", kind=ProviderKind.MOCK))
+    health = HealthBoard(["builtin"], CircuitSettings())
+    with pytest.raises(ValueError, match="mock provider"):
+        Executor(mock_catalog, health, UpstreamPool())
 
 
 async def test_the_mock_kind_is_served_in_process(harnesses: list[Harness]) -> None:
@@ -310,8 +322,9 @@ async def frames_of(stream: OpenStream, received: list[bytes] | None = None) -> 
     """Every frame of the stream as the relay reads them, then the stream closed, however it ends."""
     received = [] if received is None else received
     try:
-        while (frames := await stream.next_frames()) is not None:
-            received.append(frames)
+        async with contextlib.aclosing(stream.frames()) as frames:
+            async for frame in frames:
+                received.append(frame)
     finally:
         await stream.close()
     return received

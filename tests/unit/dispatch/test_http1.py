@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import uvloop
 
-from gateway.dispatch.http1 import Slots, UpstreamPool
+from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.http1_connection import target_of
 from gateway.errors import (
     UpstreamError,
@@ -394,28 +394,25 @@ def test_the_same_exchanges_over_uvloop() -> None:
     uvloop.run(scenario())
 
 
-async def test_slots_go_to_waiters_in_order_and_one_given_up_passes_its_slot_on() -> None:
-    slots = Slots(1)
-    assert slots.take() and not slots.take()
-    order: list[str] = []
+async def test_slots_given_up_while_waiting_or_held_are_not_lost() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.read_request(reader)
+            if server.connections == 1:
+                await asyncio.sleep(10)  # the first exchange hangs until it is given up
+            writer.write(OK)
+            await writer.drain()
 
-    async def waiting(name: str) -> None:
-        await slots.wait()
-        order.append(name)
-
-    first, second, third = (asyncio.create_task(waiting(name)) for name in ("first", "second", "third"))
-    await asyncio.sleep(0)
-    assert not slots.take()  # nobody jumps the queue
-    second.cancel()  # gives up while waiting
-    slots.release()  # -> first
-    slots.release()  # -> third (second left)
-    await asyncio.gather(first, third)
-    assert order == ["first", "third"] and second.cancelled()
-
-    handed = asyncio.create_task(slots.wait())  # third holds the one slot
-    await asyncio.sleep(0)
-    slots.release()  # third is done: handed over ...
-    handed.cancel()  # ... then given up before it ran: the slot is not lost
-    with contextlib.suppress(asyncio.CancelledError):
-        await handed
-    assert slots.take() and not slots.take()
+    pool = UpstreamPool(max_per_origin=1)
+    async with Scripted(handler) as server:
+        busy = asyncio.create_task(fetch(pool, server.url, read_timeout=5))
+        await asyncio.sleep(0.1)
+        waiting = asyncio.create_task(fetch(pool, server.url))
+        await asyncio.sleep(0.05)
+        waiting.cancel()  # gives up while waiting for the slot
+        busy.cancel()  # gives up while holding it
+        for given_up in (waiting, busy):
+            with contextlib.suppress(asyncio.CancelledError):
+                await given_up
+        assert await fetch(pool, server.url) == (200, b'{"ok":true}')
+    await pool.aclose()
