@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import UsageRecord
 from gateway.db.session import create_engine, session_factory
-from gateway.gc_tuning import tune_for_serving
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer import UsageWriter
+from gateway.server.gc_tuning import tune_for_serving
 
 SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432"
 DATABASE = "gateway_bench_metering"

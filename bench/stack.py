@@ -88,7 +88,7 @@ def server_command(server: str, port: int, workers: int) -> list[str]:
     return [
         granian, "--interface", "asgi", "--factory", "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(workers), "--loop", "uvloop", "--log-level", "warning", "--no-ws",
-        "gateway.asgi:app_factory",
+        "gateway.server.asgi:app_factory",
     ]  # fmt: skip
 
 
@@ -197,7 +197,7 @@ class Gateway:
 
     def _all_workers_listening(self) -> bool:
         """The first worker answers /healthz before the others listen: a run started then would
-        give it every connection (each uvicorn worker listens on a socket of its own, gateway.serving)."""
+        give it every connection (each uvicorn worker listens on a socket of its own, gateway.server.serving)."""
         if self.server != "uvicorn" or self.workers == 1:
             return True
         return listening_sockets(self.port) >= self.workers

@@ -19,8 +19,8 @@ from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
 from gateway.errors import GatewayError
-from gateway.gc_tuning import tune_for_serving
 from gateway.logs import configure_logging
+from gateway.server.gc_tuning import tune_for_serving
 from gateway.services import open_services
 from gateway.settings import Settings
 

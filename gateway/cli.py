@@ -68,7 +68,7 @@ def _start_writer_process(settings: Settings) -> WriterProcess | None:
 
 
 def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> None:
-    from gateway import serving
+    from gateway.server import serving
 
     serving.run(args.host or settings.host, args.port or settings.port, workers)
 

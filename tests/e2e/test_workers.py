@@ -1,7 +1,7 @@
 """`gateway serve` with two workers: each listens on a socket of its own, and the connections of a
-batch spread over both (gateway.serving).
+batch spread over both (gateway.server.serving).
 
-Its own stack: one `gateway serve --workers 2` on PostgreSQL and Redis db 14, in front of one mock
+Its own stack: one `gateway serve --workers 2` on PostgreSQL and a Redis db of its own, in front of one mock
 upstream. Which worker holds a connection is read from /proc, as `ss -tp` would show it.
 """
 
@@ -21,10 +21,11 @@ import redis
 
 from tests.e2e.conftest import ADMIN_KEY, CONFIG, MAX_BODY
 from tests.support.gateway import GatewayProcess, Team, create_team, free_port, recreate_database
+from tests.support.stores import redis_url
 from tests.support.upstream import start_mock_upstream
 
 pytestmark = pytest.mark.e2e
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = redis_url("e2e-workers")
 CHAT = {"model": "chat", "messages": [{"role": "user", "content": "Which worker am I on?"}]}
 CONNECTIONS = 64
 LISTEN, ESTABLISHED = "0A", "01"  # TCP states as /proc/net/tcp writes them

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from litestar.types import ASGIApp
 
-from gateway.asgi import serving_app
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
+from gateway.server.asgi import serving_app
 from gateway.settings import Settings, load_settings
 from tests.support.gateway import REPO
 from tests.unit.auth.records import add_key, add_team
@@ -23,7 +23,7 @@ DEFAULT_CONFIG = REPO / "config" / "gateway.yaml"
 
 @dataclass(frozen=True)
 class FuzzStack:
-    app: ASGIApp  # what `gateway serve` runs (gateway.asgi.serving_app)
+    app: ASGIApp  # what `gateway serve` runs (gateway.server.asgi.serving_app)
     settings: Settings
     team_id: str
     team_key: str

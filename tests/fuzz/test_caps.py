@@ -1,5 +1,5 @@
 """The size caps reachable in process: body (413 before it is read in full), message count, batch id
-length and upstream response size. Header size is a server matter: see docs/limits.md."""
+length, upstream response size and request header size (431)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from gateway.asgi import serving_app
+from gateway.server.asgi import serving_app
 from tests.fuzz.stack import DEFAULT_CONFIG, FuzzStack, fuzz_settings, prepare_database
 from tests.support.openapi import validate
 

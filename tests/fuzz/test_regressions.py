@@ -10,7 +10,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from gateway.asgi import serving_app
+from gateway.server.asgi import serving_app
 from tests.fuzz.stack import FuzzStack, fuzz_settings, prepare_database
 from tests.support.openapi import validate
 

@@ -7,14 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway.gc_tuning import MIDDLE_COLLECTIONS_PER_OLD, YOUNG_ALLOCATIONS, YOUNG_COLLECTIONS_PER_MIDDLE
+from gateway.server.gc_tuning import (
+    MIDDLE_COLLECTIONS_PER_OLD,
+    YOUNG_ALLOCATIONS,
+    YOUNG_COLLECTIONS_PER_MIDDLE,
+)
 from tests.support.gateway import REPO
 
 # Runs in a child: the tuning changes the process's collector for good.
 _PROBE = """
 import gc, json, os, sys
 from litestar.testing import TestClient
-from gateway.asgi import app_factory, serving_app
+from gateway.server.asgi import app_factory, serving_app
 from gateway.db.migrate import upgrade_head
 from gateway.settings import load_settings
 

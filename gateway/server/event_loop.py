@@ -1,15 +1,14 @@
 """The event loop `gateway serve` runs: uvloop, with new connections accepted in batches.
 
 libuv accepts one connection each time its loop polls the listening socket (libuv#3696, since
-1.45), and a loaded worker polls every few milliseconds. A burst of new connections (a batch job
-starting 256 workers against a busy gateway) then waited in the kernel's accept queue for up to
-a second: in the benchmark, every request slower than 300 ms at 256 connections was the first one
-of a connection (docs/performance.md, "Accepting connections"). asyncio's own loop accepts up to
-the listen backlog at a time; `BatchAcceptLoop.create_server` does the same on uvloop: it listens
-itself, accepts up to `ACCEPT_BATCH` connections each time the listening socket is readable (a few
-when the socket is shared between workers, `SHARED_ACCEPT_BATCH`), and
-hands each one to uvloop (`connect_accepted_socket`), which serves it like any connection of its
-own. Everything else is uvloop's.
+1.45), and a loaded worker polls only between its callbacks, so a burst of new connections (a
+batch job starting its workers against a busy gateway) waits in the kernel's accept queue, one
+connection per loop iteration. asyncio's own loop accepts up to the listen backlog at a time;
+`BatchAcceptLoop.create_server` does the same on uvloop: it listens itself, accepts up to
+`ACCEPT_BATCH` connections each time the listening socket is readable (a few when the socket is
+shared between workers, `SHARED_ACCEPT_BATCH`), and hands each one to uvloop
+(`connect_accepted_socket`), which serves it like any connection of its own. Everything else is
+uvloop's. uvicorn takes it as its `loop=` factory (`gateway.server.event_loop:new_event_loop`).
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ import uvloop
 log = structlog.get_logger("gateway.server")
 
 ACCEPT_BATCH = 128  # connections accepted per readiness of a socket this process listens on alone
-# A socket that uvicorn's supervisor shares between workers: a few at a time, so that a burst
-# spreads over them (the less busy worker's loop comes back sooner and takes more); 128 at a time
-# left one of two workers with 231 of 256 connections.
+# A socket that several workers accept from: a few at a time, so that a burst spreads over them
+# (the less busy worker's loop comes back sooner and takes more) instead of going to whichever
+# loop wakes first.
 SHARED_ACCEPT_BATCH = 8
 ACCEPT_RETRY_S = 1.0  # asyncio's pause when the process is out of file descriptors
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -63,7 +62,7 @@ class BatchAcceptLoop(uvloop.Loop):
         if sock is None:
             return BatchAcceptServer(self, protocol_factory, await self._listen(host, port, backlog))
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT):
-            # The supervisor bound the address for its workers to share (gateway.serving): this
+            # The supervisor bound the address for its workers (gateway.server.serving): this
             # worker listens on a socket of its own, and the kernel spreads connections over them.
             return BatchAcceptServer(self, protocol_factory, [_own_listener(sock, backlog)])
         sock.listen(backlog)  # a socket bound for several workers to accept from, each a few at a time
@@ -172,6 +171,5 @@ class BatchAcceptServer(asyncio.AbstractServer):
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvicorn's `loop=` factory (`gateway.event_loop:new_event_loop`)."""
-    loop: asyncio.AbstractEventLoop = BatchAcceptLoop()
-    return loop
+    """uvicorn's `loop=` factory (`gateway.server.event_loop:new_event_loop`)."""
+    return BatchAcceptLoop()

@@ -1,7 +1,7 @@
-"""The ASGI entry point for servers: `uvicorn --factory gateway.asgi:app_factory`.
+"""The ASGI entry point for servers: `uvicorn --factory gateway.server.asgi:app_factory`.
 
-The proxied endpoints are served by `ProxyFront` in front of the Litestar app (the hot path); the
-header cap applies to both.
+The proxied endpoints are served by `ProxyFront` in front of the Litestar app; the header cap
+applies to both.
 """
 
 from __future__ import annotations
@@ -22,5 +22,5 @@ def serving_app(settings: Settings, *, tune_gc: bool = False) -> ASGIApp:
 
 def app_factory() -> ASGIApp:
     """Each worker process's app; its garbage collector is tuned once it has started
-    (`gateway.gc_tuning`)."""
+    (`gateway.server.gc_tuning`)."""
     return serving_app(load_settings(), tune_gc=True)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from gateway import event_loop
-from gateway.event_loop import ACCEPT_BATCH, SHARED_ACCEPT_BATCH, BatchAcceptServer, new_event_loop
+from gateway.server import event_loop
+from gateway.server.event_loop import ACCEPT_BATCH, SHARED_ACCEPT_BATCH, BatchAcceptServer, new_event_loop
 
 BURST = 300
 
@@ -141,7 +141,7 @@ def test_a_socket_bound_by_uvicorns_supervisor_is_listened_on() -> None:
 def reuse_port_socket(
     family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1"
 ) -> socket.socket:
-    """What `gateway.serving.WorkersConfig` binds in the supervisor: the address, SO_REUSEPORT on."""
+    """What `gateway.server.serving.reuse_port_socket` binds in the supervisor: the address, SO_REUSEPORT on."""
     bound = socket.socket(family)
     bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

@@ -1,0 +1,1 @@
+"""How `gateway serve` runs: uvicorn and its workers, their event loop and garbage collector."""
