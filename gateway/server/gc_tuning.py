@@ -2,9 +2,9 @@
 
 With CPython's defaults, a worker under load ran a young collection every 700 container
 allocations (a few requests) and a full one every second or so, and each full collection walked
-every object the imports and the start-up left behind (Litestar, SQLAlchemy, the catalog): 60-90
-ms with the whole worker stopped, which was the p99 of the 50 ms upstream benchmark. After start-up
-the survivors are frozen (`gc.freeze`: never scanned again), and the young generation holds 50,000
+every object the imports and the start-up left behind (Litestar, SQLAlchemy, the catalog) with the
+whole worker stopped: that pause was the tail latency of a loaded worker. After start-up the
+survivors are frozen (`gc.freeze`: never scanned again), and the young generation holds 50,000
 allocations, so most of a request's objects are freed by reference counting before any scan sees
 them. Reference cycles still get collected; they wait longer, and cost a little memory meanwhile.
 """
