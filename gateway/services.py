@@ -14,25 +14,31 @@ from typing import Any
 
 import structlog
 from litestar import Request
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
+from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.dispatch.executor import Executor
+from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.httpx_bridge import HttpxUpstream
+from gateway.dispatch.upstream import UpstreamClient
 from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
 from gateway.metrics import Metrics
+from gateway.mockupstream.behaviour import MockBehaviour
+from gateway.mockupstream.transport import InProcessMockTransport
+from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.service import ProxyService
-from gateway.redis_batching import PipelineBatcher
+from gateway.redis.client import redis_client
+from gateway.redis.group_commit import PipelineBatcher
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
-from gateway.settings import Settings
+from gateway.settings import Catalog, ProviderKind, Settings
 
 log = structlog.get_logger("gateway.services")
 HEALTH_REFRESH_S = 1.0
@@ -55,6 +61,7 @@ class Services:
     proxy: ProxyService
     metrics: Metrics
     limiter: Limiter
+    pipeline: ProxyPipeline
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -133,7 +140,7 @@ def open_services(settings: Settings) -> Services:
         pins = MemoryPinStore(catalog.batches.idle_ttl_s)
         limiter = MemoryLimiter()
     metrics = Metrics()
-    executor = Executor(catalog, health)
+    executor = Executor(catalog, health, UpstreamPool(), mock=in_process_mock(catalog))
     proxy = ProxyService(
         table,
         pins,
@@ -144,13 +151,14 @@ def open_services(settings: Settings) -> Services:
         on_event=metrics.observe_event,
         settle=limiter.settle,
     )
+    key_cache = KeyCache(key_state_loader(sessions), settings.key_cache_ttl_s, redis)
     return Services(
         settings=settings,
         table=table,
         engine=engine,
         sessions=sessions,
         redis=redis,
-        key_cache=KeyCache(sessions, settings.key_cache_ttl_s, redis),
+        key_cache=key_cache,
         buffer=buffer,
         writer=UsageWriter.configured(settings, _worker_writes(settings, buffer), sessions),
         pins=pins,
@@ -159,7 +167,15 @@ def open_services(settings: Settings) -> Services:
         proxy=proxy,
         metrics=metrics,
         limiter=limiter,
+        pipeline=ProxyPipeline(key_cache, limiter, proxy, metrics, catalog.limits.max_messages),
     )
+
+
+def in_process_mock(catalog: Catalog) -> UpstreamClient | None:
+    """The upstream of the `mock` provider kind, served in this process, when the catalog has one."""
+    if not any(p.kind is ProviderKind.MOCK for p in catalog.providers):
+        return None
+    return HttpxUpstream(InProcessMockTransport(MockBehaviour()))
 
 
 def _worker_writes(settings: Settings, buffer: UsageBuffer) -> UsageBuffer:
@@ -168,29 +184,6 @@ def _worker_writes(settings: Settings, buffer: UsageBuffer) -> UsageBuffer:
     if isinstance(buffer, RedisStreamBuffer) and settings.metering_writer in ("process", "external"):
         return buffer.spool
     return buffer
-
-
-def redis_client(url: str) -> Redis:
-    """The process's Redis client.
-
-    A blocking pool: a burst of requests waits for a connection instead of failing. redis-py's
-    default socket_timeout (5 s) bounds each command of the pool, at the price of a task and a timer
-    per command; a request's own commands (its usage append and spend settle) go through the group
-    commit instead (`gateway.redis_batching`), which has one timeout per round trip. Connections from
-    a pool get no retries unless told: after a Redis restart every pooled connection is dead, and
-    each would fail the next command given to it (a request's pin, its admission); up to two
-    retries on a fresh connection let those commands through once Redis is back.
-    """
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=1024,
-        timeout=5.0,
-        socket_connect_timeout=2.0,
-        socket_keepalive=True,
-        health_check_interval=10,
-        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
-    )
-    return Redis(connection_pool=pool)
 
 
 def services_of(request: Request) -> Services:

@@ -37,7 +37,7 @@ from gateway.limits.spend import (
 )
 from gateway.limits.windows import Scope, Window, WindowCheck, cost_in, windows_for
 from gateway.metering.events import UsageEvent
-from gateway.redis_batching import PipelineBatcher
+from gateway.redis.group_commit import PipelineBatcher
 
 log = structlog.get_logger("gateway.limits")
 
@@ -325,7 +325,7 @@ class RedisLimiter:
 
     def _queue_settle(self, keys: list[str], limits: list[int], units: int, delta: int) -> Awaitable[Any]:
         """The settles of the same counters queued before the next round trip go out as one script
-        call with their spend and token corrections summed (`gateway.redis_batching`): under load,
+        call with their spend and token corrections summed (`gateway.redis.group_commit`): under load,
         one command per key and round trip instead of one per request."""
 
         def keys_and_args(items: list[tuple[int, int]]) -> tuple[list[str], list[str]]:

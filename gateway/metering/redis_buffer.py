@@ -19,7 +19,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import structlog
@@ -28,13 +28,12 @@ from redis.exceptions import RedisError, ResponseError
 
 from gateway.metering.buffer import MemoryBuffer, MeteringBacklogFull
 from gateway.metering.events import UsageEvent
-from gateway.redis_batching import PipelineBatcher
+from gateway.redis.group_commit import PipelineBatcher
 
 EVENT_FIELD = b"event"
 LENGTH_CHECK_EVERY = 100  # appends between two XLEN round trips, while far from the bound
 SPOOL_PREFIX = "spool:"  # ids of spooled events; stream ids are "<ms>-<seq>"
 REDIS_DOWN = (RedisError, OSError)
-_monotonic: Final = time.monotonic  # a static in the compiled build: no module-attribute lookup per call
 # KEYS[1] the stream; ARGV the events' JSON: one entry each, as XADD <stream> * event <json> would add.
 _APPEND = """
 for i = 1, #ARGV do redis.call('XADD', KEYS[1], '*', 'event', ARGV[i]) end
@@ -98,19 +97,16 @@ class RedisStreamBuffer:
         self._ack_script = redis.register_script(_ACK)
 
     async def append(self, event: UsageEvent) -> None:
-        if self.spooling and _monotonic() < self._next_stream_try:
+        if self.spooling and time.monotonic() < self._next_stream_try:
             await self.spool.append(event)
             return
         try:
             await self._append_to_stream(event)
-            down = False
         except REDIS_DOWN as exc:
             if not self.spooling:
                 self._log.warning("usage_buffer_spooling", stream=self.stream, error=type(exc).__name__)
             self.spooling = True
-            self._next_stream_try = _monotonic() + self.stream_retry_s
-            down = True
-        if down:  # spooled after the handler: no await inside one (setup.py, HOT_PATH)
+            self._next_stream_try = time.monotonic() + self.stream_retry_s
             await self.spool.append(event)  # MeteringBacklogFull once the spool is full too
             return
         if self.spooling:
@@ -128,7 +124,7 @@ class RedisStreamBuffer:
 
     async def _xadd(self, payload: bytes) -> None:
         """The appends queued before the next round trip go out as one script call adding an entry
-        each (see gateway.redis_batching)."""
+        each (see gateway.redis.group_commit)."""
         await self._batcher.merge_script(self._append_script, self.stream, payload, self._append_args)
 
     def _append_args(self, payloads: list[bytes]) -> tuple[list[str], list[bytes]]:
@@ -161,9 +157,8 @@ class RedisStreamBuffer:
         ids = [i for i in ids if not i.startswith(SPOOL_PREFIX)]
         if not ids:
             return
-        # One script call through the batcher, packed by `gateway.redis_link.pack`: redis-py's
-        # pipeline encoded each of a batch's thousand ids twice through its Encoder (a fifth of
-        # the writer's time, bench/metering_writer.py).
+        # One script call through the batcher: a batch's thousand ids acked and deleted in one
+        # command, shared with any other ack of the same moment.
         await self._batcher.merge_script(self._ack_script, ("ack", self.stream), ids, self._ack_args)
 
     def _ack_args(self, id_lists: list[list[str]]) -> tuple[list[str], list[str]]:

@@ -23,10 +23,10 @@ import threading
 import structlog
 
 from gateway.db.session import create_engine, session_factory
-from gateway.gc_tuning import tune_for_serving
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
-from gateway.services import redis_client
+from gateway.redis.client import redis_client
+from gateway.server.gc_tuning import tune_for_serving
 from gateway.settings import Settings
 
 log = structlog.get_logger("gateway.metering")

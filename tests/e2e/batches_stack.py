@@ -16,10 +16,11 @@ import pytest
 import redis
 
 from tests.support.gateway import GatewayProcess, Team, create_team, free_port, recreate_database
+from tests.support.stores import redis_url
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 ADMIN_KEY = "admin-batches-secret"
-REDIS_URL = "redis://127.0.0.1:6379/13"  # this suite's own db, flushed at start
+REDIS_URL = redis_url("e2e-batches")  # this suite's own db, flushed at start
 MAX_ATTEMPTS = 3
 FAILURE_THRESHOLD = 4
 

@@ -3,7 +3,7 @@
 Separate from `tests/e2e/conftest.py` because these tests need providers of their own (an
 OpenAI-kind provider with `cache_hints: openai`, a self-hosted one with three replica base URLs)
 and gateways that are restarted with a different catalog. They share one PostgreSQL database and
-Redis db 11 (never 0, nor 7: the other e2e suite's).
+Redis db of their own (tests/support/stores.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any
 import httpx
 import openai
 
-from tests.support.gateway import POSTGRES_ADMIN_URL, GatewayProcess, create_team
+from tests.support.gateway import GatewayProcess, create_team
+from tests.support.stores import POSTGRES_ADMIN_URL, redis_url
 from tests.support.upstream import RunningUpstream
 
 ADMIN_KEY = "admin-caching-secret"
-REDIS_URL = "redis://127.0.0.1:6379/11"
+REDIS_URL = redis_url("e2e-caching")
 
 # Prices in USD per million tokens, as configured below; the tests compute costs from these.
 CLAUDE_PRICE = {"input": "3", "output": "15", "cached_input": "0.30", "cache_write": "3.75"}

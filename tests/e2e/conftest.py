@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from tests.support.gateway import GatewayProcess, Team, create_team, recreate_database
+from tests.support.stores import redis_url
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 ADMIN_KEY = "admin-e2e-secret"
-REDIS_URL = "redis://127.0.0.1:6379/7"
+REDIS_URL = redis_url("e2e")
 MAX_BODY = 1_048_576
 
 CONFIG = """

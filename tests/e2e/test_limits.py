@@ -1,6 +1,6 @@
 """Rate limits and budgets hold exactly across two `gateway serve` processes sharing Redis.
 
-Its own stack: two gateways on one PostgreSQL database and Redis db 3, in front of one mock
+Its own stack: two gateways on one PostgreSQL database and a Redis db of their own, in front of one mock
 upstream, so the processes must agree through Redis alone.
 """
 
@@ -22,10 +22,11 @@ import redis
 from gateway.limits.spend import month_of, spend_key, to_units
 from tests.e2e.conftest import ADMIN_KEY, CONFIG, MAX_BODY
 from tests.support.gateway import GatewayProcess, Team, create_team, free_port, recreate_database
+from tests.support.stores import redis_url
 from tests.support.upstream import start_mock_upstream
 
 pytestmark = pytest.mark.e2e
-REDIS_URL = "redis://127.0.0.1:6379/3"
+REDIS_URL = redis_url("e2e-limits")
 CHAT = {"model": "chat", "messages": [{"role": "user", "content": "Say something about limits"}]}
 
 

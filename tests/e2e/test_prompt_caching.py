@@ -45,7 +45,7 @@ class TeamKey:
 @pytest.fixture(scope="module")
 def caching(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CachingStack]:
     redis.Redis.from_url(REDIS_URL).flushdb()
-    database_name = f"gateway_caching_{os.getpid()}"
+    database_name = f"gateway_e2e_caching_{os.getpid()}"
     database_url = recreate_database(database_name)
     upstream = start_mock_upstream()
     workdir = tmp_path_factory.mktemp("caching")

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 
 from tests.support.children import die_with_parent
+from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url
 
 REPO = Path(__file__).resolve().parents[2]
-POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 def free_port() -> int:
@@ -38,7 +38,7 @@ def recreate_database(name: str) -> str:
             await conn.close()
 
     asyncio.run(run())
-    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+    return postgres_url(name)
 
 
 @dataclass

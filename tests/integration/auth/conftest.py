@@ -11,18 +11,19 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.db.session import create_engine, session_factory
+from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url, redis_url
 from tests.unit.auth.records import create_tables
 
 pytestmark = pytest.mark.integration
 
 DATABASE = "gateway_test_auth"
-DATABASE_URL = f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
-REDIS_URL = "redis://127.0.0.1:6379/9"
+DATABASE_URL = postgres_url(DATABASE)
+REDIS_URL = redis_url("auth")
 
 
 @pytest.fixture(scope="session")
 async def database_url() -> str:
-    conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+    conn = await asyncpg.connect(POSTGRES_ADMIN_URL)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
         await conn.execute(f'CREATE DATABASE "{DATABASE}"')

@@ -1,4 +1,4 @@
-"""Fixtures for limiter integration tests: real Redis (db 3, flushed) and a fresh PostgreSQL database."""
+"""Fixtures for limiter integration tests: real Redis (the area's db, flushed) and a fresh PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
+from tests.support.stores import redis_url
 from tests.unit.metering.conftest import make_event  # noqa: F401  (shared fixture)
 
-REDIS_URL = "redis://127.0.0.1:6379/3"
+REDIS_URL = redis_url("limits")
 DATABASE = "gateway_test_limits"
 
 

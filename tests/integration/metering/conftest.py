@@ -11,15 +11,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.db.migrate import upgrade_head_async
-from gateway.db.session import create_engine
+from gateway.db.session import async_url, create_engine
+from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url, redis_url
 from tests.unit.metering.conftest import make_event  # noqa: F401  (shared fixture)
 
-PG_SERVER = "postgresql://postgres@127.0.0.1:5432"
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = redis_url("metering")
 
 
 def pg_url(database: str) -> str:
-    return f"{PG_SERVER}/{database}"
+    return postgres_url(database)
 
 
 async def drop_database(name: str) -> None:
@@ -32,7 +32,7 @@ async def create_database(name: str) -> None:
 
 
 async def _on_server(statement: str) -> None:
-    engine = create_async_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
+    engine = create_async_engine(async_url(POSTGRES_ADMIN_URL))
     async with engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await connection.execute(text(statement))

@@ -15,16 +15,19 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import UsageRecord
-from gateway.gc_tuning import MIDDLE_COLLECTIONS_PER_OLD, YOUNG_ALLOCATIONS, YOUNG_COLLECTIONS_PER_MIDDLE
 from gateway.metering import writer_process
 from gateway.metering.redis_buffer import RedisStreamBuffer
 from gateway.metering.writer_process import run_writer
+from gateway.server.gc_tuning import (
+    MIDDLE_COLLECTIONS_PER_OLD,
+    YOUNG_ALLOCATIONS,
+    YOUNG_COLLECTIONS_PER_MIDDLE,
+)
 from gateway.settings import load_settings
-from tests.integration.metering.conftest import pg_url
+from tests.integration.metering.conftest import REDIS_URL, pg_url
 from tests.unit.metering.conftest import EventFactory
 
 REPO = Path(__file__).resolve().parents[3]
-REDIS_URL = "redis://127.0.0.1:6379/11"
 
 
 async def _records(engine: AsyncEngine) -> int:

@@ -14,7 +14,7 @@ from gateway.errors import QuotaExceeded, RateLimited
 from gateway.limits import MonthSpend, RedisLimiter
 from gateway.limits.redis_limiter import _SETTLE, DEFERRED_SPEND_S
 from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.redis_batching import PipelineBatcher
+from gateway.redis.group_commit import PipelineBatcher
 from tests.support.round_trips import RoundTrips
 from tests.unit.limits.conftest import Clock, principal, usage_event
 

@@ -12,9 +12,10 @@ from redis.asyncio import Redis
 
 from gateway.metering.buffer import MeteringBacklogFull
 from gateway.metering.redis_buffer import RedisStreamBuffer
+from tests.support.stores import redis_url
 from tests.unit.metering.conftest import EventFactory
 
-REAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+REAL_REDIS_URL = redis_url("metering")
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.integration)])

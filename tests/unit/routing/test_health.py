@@ -10,9 +10,10 @@ from redis.asyncio import Redis
 
 from gateway.routing.health import CircuitState, HealthBoard, RedisHealthBoard
 from gateway.settings import CircuitSettings
+from tests.support.stores import redis_url
 
 SETTINGS = CircuitSettings(failure_threshold=3, cooldown_s=30.0)
-REAL_REDIS = "redis://127.0.0.1:6379/12"
+REAL_REDIS = redis_url("routing")
 A, B = "prov-a/m", "prov-b/m"
 
 

@@ -1,7 +1,7 @@
 """Batch pins: one atomic first placement, idle expiry, confirm, one move while unconfirmed.
 
 Every test runs against the in-memory store, Redis faked by fakeredis, and a real Redis
-(db 12, flushed before and after).
+(the routing tests' own db, flushed before and after).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from redis.asyncio import Redis
 
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
+from tests.support.stores import redis_url
 from tests.unit.routing.catalog import CHAT
 
-REAL_REDIS = "redis://127.0.0.1:6379/12"
+REAL_REDIS = redis_url("routing")
 US, EU, CLAUDE = CHAT["openai-us"], CHAT["vllm-eu"], CHAT["claude-us"]
 
 

@@ -6,60 +6,52 @@ under load one round trip (one socket write, one read) carries many commands ins
 one command (the usage events of many requests in one script call, their spend in one increment),
 and each of those callers gets that command's reply.
 
-The batcher keeps one connection of its own (`gateway.redis_link`) and writes packed commands to it
-directly: redis-py's `Pipeline` (a pool checkout, a command stack, response callbacks, a retry
-wrapper per flush) costs several times the commands it carries, and these are on the path of every
-proxied request. For the same reason a round trip has one timeout, not one per command and reply
-(redis-py's `socket_timeout` puts a task and a timer on each).
+The batcher keeps one connection of the client's pool for itself and drives it as redis-py's
+`Pipeline` does (`pack_commands`, `send_packed_command`, then `read_response` per command), without
+the pool checkout, command stack and retry wrapper a `Pipeline` takes per flush: these commands are
+on the path of every proxied request. Replies come back as Redis sent them (no response callbacks),
+and a round trip has one timeout. A failed round trip is not retried (its commands may have run);
+its callers see the failure, and the next round trip connects again.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
-from gateway.loop_tasks import start_task
-from gateway.redis_link import Command, link_for, pack
-
 ROUND_TRIP_TIMEOUT_S = 5.0  # redis-py's default socket_timeout, for one whole round trip
-IDLE_RECONNECT_S = 10.0  # the pool's health_check_interval (`gateway.redis_link.RedisPyLink`)
 
+Command = tuple[EncodableT, ...]
 Item = TypeVar("Item")
 
 
+@dataclass(slots=True)
 class _Queued:
     """One command of the next round trip (or what builds it then) and the callers awaiting it."""
 
-    __slots__ = ("build", "command", "waiters")
-
-    def __init__(self, command: Command, build: Callable[[], Command] | None = None) -> None:
-        self.command = command
-        self.build = build
-        self.waiters: list[asyncio.Future[Any]] = []
+    command: Command
+    build: Callable[[], Command] | None = None
+    waiters: list[asyncio.Future[Any]] = field(default_factory=list)
 
 
 class PipelineBatcher:
-    def __init__(
-        self,
-        redis: Redis,
-        *,
-        round_trip_timeout_s: float = ROUND_TRIP_TIMEOUT_S,
-        idle_reconnect_s: float = IDLE_RECONNECT_S,
-    ) -> None:
-        self._link = link_for(redis.connection_pool, round_trip_timeout_s, idle_reconnect_s)
+    def __init__(self, redis: Redis, *, round_trip_timeout_s: float = ROUND_TRIP_TIMEOUT_S) -> None:
+        self._pool = redis.connection_pool
+        self._timeout_s = round_trip_timeout_s
+        self._connection: AbstractConnection | None = None
         self._pending: list[_Queued] = []
         self._merging: dict[Hashable, tuple[list[Any], _Queued]] = {}
         self._flusher: asyncio.Task[None] | None = None
-        # The loop of the round trips, kept: asyncio.get_running_loop() costs a getpid() system
-        # call on CPython 3.11, several per request otherwise.
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, *command: EncodableT) -> asyncio.Future[Any]:
         """Queue one command (`"XADD", stream, "*", field, value`); the future is its reply.
@@ -107,22 +99,17 @@ class PipelineBatcher:
         try:
             return await reply
         except NoScriptError:
-            pass  # loaded after the handler: no await inside one (setup.py, HOT_PATH)
-        await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
-        return await self.merge((script.sha, key), item, command)
+            await self.merge(("SCRIPT LOAD", script.sha), None, lambda _: ("SCRIPT", "LOAD", script.script))
+            return await self.merge((script.sha, key), item, command)
 
     def _queue(self, queued: _Queued) -> _Queued:
         self._pending.append(queued)
         if self._flusher is None:
-            loop = self._loop
-            if loop is None or not loop.is_running():  # the loop of the last round trip, if it still runs
-                loop = self._loop = asyncio.get_running_loop()
-            self._flusher = start_task(loop, self._drain(), "redis-round-trip")
+            self._flusher = asyncio.create_task(self._drain(), name="redis-group-commit")
         return queued
 
     def _wait(self, queued: _Queued) -> asyncio.Future[Any]:
-        assert self._loop is not None  # set by _queue: a queued command always has a flusher
-        future: asyncio.Future[Any] = self._loop.create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queued.waiters.append(future)  # one future per caller: a caller giving up cancels only its own
         return future
 
@@ -137,25 +124,64 @@ class PipelineBatcher:
     async def _flush(self, batch: list[_Queued]) -> None:
         try:
             commands = [queued.command if queued.build is None else queued.build() for queued in batch]
-            replies = await self._link.round_trip(pack(commands), len(commands))
-            for queued, reply in zip(batch, replies, strict=True):
-                # This command's error, for its callers alone: a ResponseError, or one that says
-                # Redis cannot serve it (LOADING after a restart is a ConnectionError to redis-py),
-                # which its callers must see as a failure too (a usage event then goes to the spool).
-                if isinstance(reply, Exception):
-                    _resolve(queued.waiters, error=reply)
-                else:
-                    _resolve(queued.waiters, reply=reply)
-        except BaseException as exc:  # every waiter not yet answered learns of the failure itself
-            # The link has closed its connection on a failed write or read: the next flush reconnects.
-            if isinstance(exc, TimeoutError):  # the round trip's own (redis-py's TimeoutError is another)
-                failure: Exception = RedisTimeoutError("Redis did not answer a round trip in time")
+            replies = await self._round_trip(commands)
+        except TimeoutError:  # the round trip's own (redis-py's TimeoutError is another)
+            _fail(batch, RedisTimeoutError("Redis did not answer a round trip in time"))
+            return
+        except Exception as exc:
+            _fail(batch, exc)
+            return
+        except BaseException:  # cancelled: the callers learn it, and the cancellation goes on
+            _fail(batch, RedisError("Redis round trip cancelled"))
+            raise
+        for queued, reply in zip(batch, replies, strict=True):
+            # This command's error is for its callers alone.
+            if isinstance(reply, ResponseError):
+                _resolve(queued.waiters, error=reply)
             else:
-                failure = exc if isinstance(exc, Exception) else RedisError("Redis round trip cancelled")
-            for queued in batch:
-                _resolve(queued.waiters, error=failure)
-            if not isinstance(exc, Exception):
+                _resolve(queued.waiters, reply=reply)
+
+    async def _round_trip(self, commands: list[Command]) -> list[Any]:
+        """The replies to `commands`, in order, an error reply (`ResponseError`, `NoScriptError`,
+        ...) in its command's place; raises when the connection fails, Redis answers that it cannot
+        serve (LOADING after a restart), or the round trip takes longer than its timeout."""
+        async with asyncio.timeout(self._timeout_s):
+            connection = await self._ready_connection()
+            packed = connection.pack_commands(commands)
+            try:
+                await connection.send_packed_command(packed)
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except ResponseError as error:  # the connection reads on to the next reply
+                        replies.append(error)
+            except BaseException:
+                # Replies still due on this connection would answer the next round trip's commands.
+                await connection.disconnect(nowait=True)
                 raise
+            return replies
+
+    async def _ready_connection(self) -> AbstractConnection:
+        """The batcher's connection: taken from the pool on first use, connected again by its next
+        write once it was closed. One that Redis closed while it was idle (a restart) is dropped
+        first, as the pool itself checks a connection it hands out."""
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+        elif connection.is_connected:
+            try:
+                stale = await connection.can_read()  # closed by Redis, or a reply nothing asked for
+            except RedisConnectionError:
+                stale = True
+            if stale:
+                await connection.disconnect()
+        return connection
+
+
+def _fail(batch: list[_Queued], error: Exception) -> None:
+    for queued in batch:
+        _resolve(queued.waiters, error=error)
 
 
 def _resolve(waiters: list[asyncio.Future[Any]], reply: Any = None, error: Exception | None = None) -> None:

@@ -1,12 +1,12 @@
 """Group commit: concurrent commands share a round trip, each caller gets its own reply or error.
 
-On fakeredis (through `RedisPyLink`) and, marked integration, on the machine's Redis (through
-`RespLink`, the gateway's own connection)."""
+On fakeredis and, marked integration, on the machine's Redis; failures a real Redis gives only in
+trouble on a scripted local server."""
 
 from __future__ import annotations
 
 import asyncio
-import re
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,16 +14,14 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection
-from redis.exceptions import BusyLoadingError, DataError, NoScriptError, ResponseError
+from redis.exceptions import BusyLoadingError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.redis_batching import PipelineBatcher
-from gateway.redis_link import RedisPyLink, RespLink, pack
-from gateway.services import redis_client
+from gateway.redis.client import redis_client
+from gateway.redis.group_commit import PipelineBatcher
 from tests.support.round_trips import RoundTrips
-
-REAL_REDIS_URL = "redis://127.0.0.1:6379/15"  # these tests' own db, flushed before and after each
+from tests.support.stores import redis_url
+from tests.unit.redis.scripted_redis import ScriptedRedis, plain_answers
 
 
 @pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.integration)])
@@ -32,25 +30,23 @@ async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
         client: Redis = fakeredis.FakeAsyncRedis()
         yield client
     else:
-        client = redis_client(REAL_REDIS_URL)
+        client = redis_client(redis_url("redis"))
         await client.flushdb()
         yield client
         await client.flushdb()
     await client.aclose()
 
 
+@pytest.fixture
+async def scripted() -> AsyncIterator[ScriptedRedis]:
+    server = ScriptedRedis()
+    yield server
+    await server.stop()
+
+
 def unique_script(redis: Redis, body: str) -> Any:
     """A script no earlier test loaded (Redis keeps loaded scripts across databases)."""
     return redis.register_script(f"-- {uuid.uuid4().hex}\n{body}")
-
-
-async def test_the_gateways_client_gets_the_resp_link_and_others_redis_py_s() -> None:
-    assert isinstance(PipelineBatcher(redis_client(REAL_REDIS_URL))._link, RespLink)
-    assert isinstance(PipelineBatcher(redis_client("unix:///run/redis.sock?db=2"))._link, RespLink)
-    assert isinstance(PipelineBatcher(redis_client("rediss://127.0.0.1:6379/0"))._link, RedisPyLink)
-    assert isinstance(PipelineBatcher(fakeredis.FakeAsyncRedis())._link, RedisPyLink)
-    decoding = Redis.from_url(REAL_REDIS_URL, decode_responses=True)
-    assert isinstance(PipelineBatcher(decoding)._link, RedisPyLink)
 
 
 async def test_each_caller_gets_its_own_reply(redis: Redis) -> None:
@@ -72,6 +68,18 @@ async def test_a_failing_command_fails_only_its_caller(redis: Redis) -> None:
     )
     assert (good, after) == (1, 2)  # the replies after the error are still read in order
     assert isinstance(bad, ResponseError)
+
+
+async def test_replies_come_back_as_redis_sent_them(redis: Redis) -> None:
+    batcher = PipelineBatcher(redis)
+    big = bytes(range(256)) * 8192  # 2 MiB, every byte value
+    replies = await asyncio.gather(
+        batcher.submit("SET", "big", big),
+        batcher.submit("GET", "big"),
+        batcher.submit("INCRBYFLOAT", "spend", 0.000125),
+        batcher.submit("GET", "missing"),
+    )
+    assert replies == [b"OK", big, b"0.000125", None]  # no response callbacks (SET is not True)
 
 
 async def test_scripts_run_by_sha_and_a_missing_script_is_noscript(redis: Redis) -> None:
@@ -99,20 +107,22 @@ async def test_commands_of_one_loop_iteration_share_one_round_trip(redis: Redis)
     batcher = PipelineBatcher(redis)
     await batcher.submit("PING")  # connects
     round_trips = RoundTrips(batcher)
-    await asyncio.gather(*(batcher.submit("SET", f"k{i}", i) for i in range(50)))
+    await asyncio.gather(*(batcher.submit("SET", f"k{i}", i) for i in range(5000)))
     assert round_trips.count == 1
-    assert await redis.get("k49") == b"49"
+    assert await redis.get("k4999") == b"4999"
     await batcher.submit("SET", "later", 1)
     assert round_trips.count == 2
 
 
 async def test_commands_queued_during_a_round_trip_share_the_next_one(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
+    round_trips = RoundTrips(batcher)
     first = batcher.submit("INCR", "n")
     await asyncio.sleep(0)  # the first round trip is out
     later = [batcher.submit("INCR", "n") for _ in range(20)]
     assert await first == 1
     assert sorted(await asyncio.gather(*later)) == list(range(2, 22))
+    assert round_trips.count == 2
 
 
 async def test_a_caller_that_gave_up_does_not_break_the_others(redis: Redis) -> None:
@@ -128,7 +138,7 @@ async def test_merged_items_go_out_as_one_command_per_key(redis: Redis) -> None:
     batcher = PipelineBatcher(redis)
     built: list[list[int]] = []
 
-    def incr_by_sum(key: str) -> object:
+    def incr_by_sum(key: str) -> Any:
         def build(items: list[int]) -> tuple[object, ...]:
             built.append(items)
             return ("INCRBY", key, sum(items))
@@ -168,48 +178,63 @@ async def test_a_merged_caller_that_gave_up_leaves_the_others_their_reply(redis:
 async def test_a_script_redis_lost_is_loaded_once_for_every_caller_and_run_again(redis: Redis) -> None:
     script = unique_script(redis, "return redis.call('INCRBY', KEYS[1], ARGV[1])")
     batcher = PipelineBatcher(redis)
-    sent = RoundTrips(batcher).sent  # what went to the connection
+    round_trips = RoundTrips(batcher)
 
     def keys_and_args(items: list[int]) -> tuple[list[str], list[int]]:
         return ["s"], [sum(items)]
 
     replies = await asyncio.gather(*(batcher.merge_script(script, "s", 2, keys_and_args) for _ in range(10)))
     assert replies == [20] * 10  # the ten items went out again, together, after the load
-    assert re.findall(rb"\r\n(EVALSHA|SCRIPT)\r\n", b"".join(sent)) == [b"EVALSHA", b"SCRIPT", b"EVALSHA"]
+    assert round_trips.command_names() == ["EVALSHA", "SCRIPT", "EVALSHA"]
     assert await redis.script_exists(script.sha) == [True]
-    sent.clear()
+    round_trips.sent.clear()
     assert await batcher.merge_script(script, "s", 1, keys_and_args) == 21
-    assert re.findall(rb"\r\n(EVALSHA|SCRIPT)\r\n", b"".join(sent)) == [b"EVALSHA"]
+    assert round_trips.command_names() == ["EVALSHA"]
 
 
-def test_commands_are_packed_as_redis_py_packs_them() -> None:
-    commands = [
-        ("EVALSHA", "a" * 40, 1, "gateway:usage", b'{"request_id":"req_1"}', b"x" * 70_000),
-        ("INCRBYFLOAT", "spend:t\u00e9am", 0.000125, -3, 12345678901234567890),
-        ("SET", bytearray(b"k"), memoryview(b"v")),
-        ("PING",),
-        ("MSET", *(f"k{i}" for i in range(70))),  # past the prefixes formatted in advance
-        ("SET", "k", b"v" * 1023),
-        ("SET", "k", b"v" * 1024),
-    ]
-    expected = b"".join(bytes(chunk) for chunk in Connection().pack_commands(commands))
-    assert pack(commands) == expected
-
-
-def test_a_bool_is_refused_as_redis_py_refuses_it() -> None:
-    with pytest.raises(DataError):
-        pack([("SET", "k", True)])
-
-
-async def test_a_reply_that_says_redis_cannot_serve_fails_its_caller() -> None:
+async def test_a_reply_that_says_redis_cannot_serve_fails_its_callers(scripted: ScriptedRedis) -> None:
     """A Redis restarting from its append-only file answers LOADING, which redis-py raises as a
     ConnectionError: a caller given it as a reply would take a usage event for stored."""
 
-    class Loading:
-        async def round_trip(self, packed: bytes, count: int) -> list[Any]:
-            return [BusyLoadingError("Redis is loading the dataset in memory")] * count
+    def loading(command: list[bytes]) -> bytes | None:
+        if command[0] == b"EVALSHA":
+            return b"-LOADING Redis is loading the dataset in memory\r\n"
+        return plain_answers(command)
 
-    batcher = PipelineBatcher(fakeredis.FakeAsyncRedis())
-    batcher._link = Loading()
-    with pytest.raises(BusyLoadingError):
-        await batcher.submit("EVALSHA", "a" * 40, 1, "gateway:usage", b"{}")
+    scripted.answer = loading
+    port = await scripted.start()
+    batcher = PipelineBatcher(redis_client(f"redis://127.0.0.1:{port}"))
+    results = await asyncio.gather(
+        batcher.submit("EVALSHA", "a" * 40, 1, "gateway:usage", b"{}"),
+        batcher.submit("SET", "k", "v"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], BusyLoadingError)
+    assert isinstance(results[1], RedisError)  # read after it on a connection given up
+    assert await batcher.submit("SET", "k", "v") == b"OK"  # on a new connection
+    assert scripted.connections == 2
+
+
+async def test_a_round_trip_past_its_timeout_fails_and_the_next_one_connects_again(
+    scripted: ScriptedRedis,
+) -> None:
+    scripted.answer = lambda command: None if command == [b"GET", b"slow"] else plain_answers(command)
+    port = await scripted.start()
+    batcher = PipelineBatcher(redis_client(f"redis://127.0.0.1:{port}"), round_trip_timeout_s=0.2)
+    with pytest.raises(RedisError, match="in time"):
+        await batcher.submit("GET", "slow")
+    # A late answer would be matched to the next command: that one goes on a new connection.
+    assert await batcher.submit("SET", "k", "v") == b"OK"
+    assert scripted.connections == 2
+
+
+async def test_a_redis_that_was_down_is_connected_to_once_it_is_back(scripted: ScriptedRedis) -> None:
+    with socket.socket() as probe:  # a port nothing listens on yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    batcher = PipelineBatcher(redis_client(f"redis://127.0.0.1:{port}"))
+    results = await asyncio.gather(*(batcher.submit("PING") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(result, RedisConnectionError) for result in results), results
+
+    await scripted.start(port)
+    assert await batcher.submit("PING") == b"PONG"

@@ -1,0 +1,2 @@
+"""Redis as the gateway uses it: the process's redis-py client and the group commit of the
+commands on the request path."""

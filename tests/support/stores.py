@@ -1,0 +1,44 @@
+"""Where the tests find the machine's Redis and PostgreSQL, and which part of each a test area owns.
+
+`GATEWAY_TEST_REDIS_URL` names the Redis server (no db number) and `GATEWAY_TEST_POSTGRES_URL` the
+PostgreSQL server (no database). Each test area has a Redis db of its own, which it may flush:
+never db 0, where a developer's own data may live. The PostgreSQL databases the tests create and
+drop are named by their areas (`gateway_test_auth`, ...), never the `postgres` database itself.
+tests/faults/ starts servers of its own instead (tests/faults/stores.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+REDIS_SERVER = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
+POSTGRES_SERVER = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432").rstrip(
+    "/"
+)
+
+# One db per area, so that one area's flush never wipes what another is using.
+REDIS_DBS = {
+    "redis": 1,  # tests/unit/redis, tests/integration/redis
+    "routing": 2,  # tests/unit/routing
+    "metering": 3,  # tests/unit/metering, tests/integration/metering
+    "limits": 4,  # tests/integration/limits
+    "auth": 5,  # tests/integration/auth
+    "e2e": 6,  # tests/e2e/conftest.py
+    "e2e-limits": 7,
+    "e2e-batches": 8,
+    "e2e-caching": 9,
+    "e2e-workers": 10,
+}
+
+
+def redis_url(area: str) -> str:
+    """The URL of `area`'s own db on the test Redis."""
+    return f"{REDIS_SERVER}/{REDIS_DBS[area]}"
+
+
+def postgres_url(database: str) -> str:
+    """The URL of `database` on the test PostgreSQL, as users write it (`postgresql://...`)."""
+    return f"{POSTGRES_SERVER}/{database}"
+
+
+POSTGRES_ADMIN_URL = postgres_url("postgres")  # where databases are created and dropped
