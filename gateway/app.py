@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import structlog
@@ -20,7 +20,6 @@ from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
-from gateway.server.gc_tuning import tune_for_serving
 from gateway.services import open_services
 from gateway.settings import Settings
 
@@ -51,8 +50,8 @@ def internal_error_handler(request: Request, exc: Exception) -> Response[bytes]:
     return _response(internal_error_reply(exc, _request_id(request), request.url.path))
 
 
-def create_app(settings: Settings, *, tune_gc: bool = False) -> Litestar:
-    """`tune_gc`: this process serves (`gateway serve`); tune its garbage collector after start-up."""
+def create_app(settings: Settings, *, on_started: Callable[[], None] | None = None) -> Litestar:
+    """`on_started`: called once the services are open (a server tunes its process there)."""
     configure_logging(settings.log_format)
 
     @asynccontextmanager
@@ -60,8 +59,8 @@ def create_app(settings: Settings, *, tune_gc: bool = False) -> Litestar:
         services = open_services(settings)
         app.state.services = services
         services.start_background()
-        if tune_gc:
-            tune_for_serving()
+        if on_started is not None:
+            on_started()
         log.info("gateway_started", models=len(services.table.by_model), redis=settings.redis_url is not None)
         try:
             yield

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gateway.settings import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
-    from gateway.metering.writer_process import WriterProcess
+    from gateway.server.writer_process import WriterProcess
 
 
 def _settings() -> Settings:
@@ -54,7 +54,7 @@ def _migrate_in_child() -> int:
 
 def _start_writer_process(settings: Settings) -> WriterProcess | None:
     """With Redis, one writer process beside the workers unless told otherwise (auto, process)."""
-    from gateway.metering.writer_process import WriterProcess
+    from gateway.server.writer_process import WriterProcess
 
     mode = settings.metering_writer
     if mode == "auto":
@@ -77,7 +77,7 @@ def cmd_metering_writer(args: argparse.Namespace) -> int:
     import uvloop
 
     from gateway.logs import configure_logging
-    from gateway.metering.writer_process import run_writer
+    from gateway.server.writer_process import run_writer
 
     settings = _settings()
     if not settings.redis_url:

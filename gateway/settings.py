@@ -121,7 +121,7 @@ class Settings(msgspec.Struct, frozen=True):
     metering_flush_interval_s: float = 0.2
     metering_batch_size: int = 1000
     metering_reclaim_idle_s: float = 60.0  # a writer's unacked entries are taken over after this
-    # auto | worker | process | external (gateway.metering.writer_process); auto: `gateway serve`
+    # auto | worker | process | external (gateway.server.writer_process); auto: `gateway serve`
     # starts a writer process when Redis is configured, an app built otherwise writes in its worker
     metering_writer: str = "auto"
 

@@ -11,12 +11,13 @@ from litestar.types import ASGIApp
 from gateway.api.header_cap import header_cap
 from gateway.api.proxy_asgi import ProxyFront
 from gateway.app import create_app
+from gateway.server.gc_tuning import tune_for_serving
 from gateway.settings import Settings, load_settings
 
 
 def serving_app(settings: Settings, *, tune_gc: bool = False) -> ASGIApp:
     """What `gateway serve` runs: the header cap, the proxy front, then the Litestar app."""
-    app = create_app(settings, tune_gc=tune_gc)
+    app = create_app(settings, on_started=tune_for_serving if tune_gc else None)
     return header_cap(ProxyFront(app, settings.catalog.limits.max_body_bytes))
 
 

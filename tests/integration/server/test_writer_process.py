@@ -15,14 +15,14 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import UsageRecord
-from gateway.metering import writer_process
 from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.metering.writer_process import run_writer
+from gateway.server import writer_process
 from gateway.server.gc_tuning import (
     MIDDLE_COLLECTIONS_PER_OLD,
     YOUNG_ALLOCATIONS,
     YOUNG_COLLECTIONS_PER_MIDDLE,
 )
+from gateway.server.writer_process import run_writer
 from gateway.settings import load_settings
 from tests.integration.metering.conftest import REDIS_URL, pg_url
 from tests.unit.metering.conftest import EventFactory
@@ -94,7 +94,7 @@ async def test_a_parent_already_gone_stops_it_at_once() -> None:
 _WRITER_AND_REPORT = """
 import asyncio, gc, json, os, signal, sys, threading
 import gateway.cli
-from gateway.metering.writer_process import run_writer
+from gateway.server.writer_process import run_writer
 from gateway.settings import load_settings
 
 if sys.argv[1] == "cli":
