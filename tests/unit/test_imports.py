@@ -1,5 +1,5 @@
-"""The package's import graph: no cycles between modules or between packages, and the mock
-upstream wired in only where services are built.
+"""The package's import graph: no cycles between modules or between packages, the mock upstream
+wired in only where services are built, and no other project's private modules.
 
 Imports are read from the sources (every `import` statement, those under `TYPE_CHECKING` and
 inside functions too), so a cycle hidden behind a deferred import still counts.
@@ -98,6 +98,31 @@ def test_the_mock_upstream_is_wired_in_where_services_are_built() -> None:
         and any(package_of(m) == "gateway.mockupstream" for m in imported)
     }
     assert importers <= MOCK_IMPORTERS
+
+
+def private_imports(source: str) -> list[str]:
+    """The modules `source` imports whose dotted path has a private part (`redis._parsers`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        found += [
+            name for name in names if name != "__future__" and any(p.startswith("_") for p in name.split("."))
+        ]
+    return found
+
+
+def test_no_private_module_of_a_library_is_imported() -> None:
+    used = {
+        str(path.relative_to(PACKAGE)): private_imports(path.read_text()) for path in PACKAGE.rglob("*.py")
+    }
+    assert {path: names for path, names in used.items() if names} == {}
+
+
+def test_private_imports_are_found() -> None:
+    source = "from __future__ import annotations\nimport redis._parsers\nfrom uvicorn._types import Scope\n"
+    assert private_imports(source) == ["redis._parsers", "uvicorn._types"]
 
 
 @pytest.mark.parametrize(
