@@ -83,6 +83,16 @@ class Metrics:
         self.metering_backlog = Gauge(
             "gateway_metering_backlog", "Usage events buffered, not yet written", registry=self.registry
         )
+        self.metering_oldest_unwritten = Gauge(
+            "gateway_metering_oldest_unwritten_seconds",
+            "Age of the oldest usage event not yet written (0 when none waits)",
+            registry=self.registry,
+        )
+        self.usage_dead_letters = Gauge(
+            "gateway_usage_dead_letters",
+            "Usage events the database refused, kept in usage_dead_letters for an operator",
+            registry=self.registry,
+        )
 
     def observe_event(self, event: UsageEvent) -> None:
         route = self._routes.get((event.model, event.provider, event.status))

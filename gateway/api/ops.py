@@ -1,4 +1,5 @@
-"""Operations endpoints: liveness, readiness of each store, Prometheus metrics."""
+"""Operations endpoints: liveness, readiness of each store (and how far metering trails), Prometheus
+metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import msgspec
 from litestar import Request, Response, get
 from sqlalchemy import text
 
+from gateway.metering.writer import dead_letter_count
 from gateway.routing.batch_pin import PinStoreUnavailable
 from gateway.services import Services, services_of
 
@@ -48,10 +50,34 @@ async def _backlog(services: Services) -> int | None:
         return None
 
 
+async def _oldest_unwritten_s(services: Services) -> float | None:
+    """Seconds since the oldest usage event still waiting to be written was buffered."""
+    try:
+        async with asyncio.timeout(2.0):
+            age = await services.buffer.oldest_age_s()
+    except Exception:  # as for the backlog: reported as unknown
+        return None
+    return None if age is None else round(age, 3)
+
+
+async def _dead_letters(services: Services) -> int | None:
+    try:
+        async with asyncio.timeout(2.0):
+            return await dead_letter_count(services.sessions)
+    except Exception:  # the database is down (readiness says so) or not migrated yet
+        return None
+
+
 @get("/readyz")
 async def readyz(request: Request) -> Response[bytes]:
     services = services_of(request)
-    database, redis = await asyncio.gather(_database_ok(services), _redis_ok(services))
+    database, redis, backlog, oldest, dead_letters = await asyncio.gather(
+        _database_ok(services),
+        _redis_ok(services),
+        _backlog(services),
+        _oldest_unwritten_s(services),
+        _dead_letters(services),
+    )
     degraded = [
         name
         for name, flag in (
@@ -66,7 +92,9 @@ async def readyz(request: Request) -> Response[bytes]:
         "database": database,
         "redis": redis,
         "degraded": degraded,
-        "metering_backlog": await _backlog(services),
+        "metering_backlog": backlog,
+        "metering_oldest_unwritten_s": oldest,  # null: nothing waits (or the buffer is unreachable)
+        "metering_dead_letters": dead_letters,
         "metering_last_error": services.writer.last_error,
     }
     ready = database == "ok" and redis in ("ok", "not configured (in-process state)")
@@ -78,9 +106,14 @@ async def readyz(request: Request) -> Response[bytes]:
 async def metrics(request: Request) -> Response[bytes]:
     services = services_of(request)
     services.metrics.open_circuits.set(len(services.health.open_circuits()))
-    backlog = await _backlog(services)
-    if backlog is not None:
+    backlog, oldest, dead_letters = await asyncio.gather(
+        _backlog(services), _oldest_unwritten_s(services), _dead_letters(services)
+    )
+    if backlog is not None:  # each gauge keeps its last value while its store is unreachable
         services.metrics.metering_backlog.set(backlog)
+        services.metrics.metering_oldest_unwritten.set(oldest or 0.0)
+    if dead_letters is not None:
+        services.metrics.usage_dead_letters.set(dead_letters)
     with contextlib.suppress(PinStoreUnavailable):  # the gauge keeps its last value meanwhile
         services.metrics.active_pins.set(await services.pins.active_count())
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,11 +1,12 @@
-"""Tables: teams, their API keys (hashes only), and one usage record per upstream request."""
+"""Tables: teams, their API keys (hashes only), one usage record per upstream request, and the
+usage events the database refused (dead letters)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, Numeric, String
+from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, Numeric, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.db.base import Base
@@ -67,10 +68,11 @@ class UsageRecord(Base):
     endpoint: Mapped[str] = mapped_column(String(40))
     batch_id: Mapped[str | None] = mapped_column(String(128), default=None)
     status: Mapped[int] = mapped_column(Integer)
-    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # BIGINT: a count is bounded per request (gateway.providers.usage_bounds), not by int4
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     usage_source: Mapped[str] = mapped_column(String(16))
     cost: Mapped[Decimal] = mapped_column(Money)
     # what the request would have cost with no prompt caching; report "saving" = sum(this - cost)
@@ -78,3 +80,17 @@ class UsageRecord(Base):
     latency_ms: Mapped[float] = mapped_column(Numeric(12, 3))
     ttft_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+
+
+class UsageDeadLetter(Base):
+    """A usage event the database refused, or that could not be encoded for it, kept for an operator.
+
+    Unbounded text throughout: what made the record unwritable (an over-long id) must not stop its
+    dead letter too."""
+
+    __tablename__ = "usage_dead_letters"
+
+    request_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    refused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str] = mapped_column(Text)  # the error's kind (`OverflowError`), never its values
+    event: Mapped[str] = mapped_column(Text)  # the UsageEvent as JSON, as the buffer held it

@@ -5,7 +5,8 @@ Its clients are given to it where services are wired (`gateway.services`): the n
 `httpx_bridge`. Both raise only the gateway's own errors. The executor asks a provider adapter to
 build each upstream request and to parse what comes back, retries retryable failures on the same
 deployment with backoff (honouring `Retry-After` up to a cap), and records each outcome on the
-health board.
+health board. An answer past the response cap raises `UpstreamAnswerTooLarge`, which carries
+what had arrived, so that the work the upstream did is metered.
 """
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ from typing import TypeVar
 
 from gateway.dispatch.stream import OpenStream
 from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
-from gateway.errors import UpstreamError
-from gateway.providers.base import ProviderAdapter, UpstreamCall, UpstreamRequest, UpstreamResponse
+from gateway.errors import UpstreamError, UpstreamTooLarge
+from gateway.providers.base import (
+    ProviderAdapter,
+    TokenUsage,
+    UpstreamCall,
+    UpstreamRequest,
+    UpstreamResponse,
+)
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
@@ -30,6 +37,16 @@ from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
 MOCK_BASE_URL = "http://mock.invalid/v1"
 T = TypeVar("T")
+
+
+class UpstreamAnswerTooLarge(UpstreamTooLarge):
+    """A successful answer past the response cap, with what had arrived when reading stopped: the
+    bytes, and the usage the upstream had reported by then (a stream's), for metering."""
+
+    def __init__(self, message: str, received_bytes: int, usage: TokenUsage | None) -> None:
+        super().__init__(message)
+        self.received_bytes = received_bytes
+        self.usage = usage
 
 
 @dataclass(slots=True)
@@ -148,7 +165,13 @@ class Executor:
         self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
     ) -> bytes:
         reply = await self._open(provider, request)
-        body = await self._whole_body(reply)
+        try:
+            body = await self._whole_body(reply)
+        except UpstreamTooLarge as exc:
+            if reply.status >= 400:
+                raise
+            # Reading stops at the first piece past the cap: at least the cap had arrived.
+            raise UpstreamAnswerTooLarge(exc.message, self._max_response, None) from exc
         if reply.status >= 400:
             raise adapter.classify_error(reply.status, body, reply.headers)
         return body
@@ -186,6 +209,9 @@ class Executor:
         stream = OpenStream(deployment, adapter.stream_translator(call), reply, in_flight, self._max_response)
         try:
             await stream.read_first_frames()
+        except UpstreamTooLarge as exc:
+            await stream.close()
+            raise UpstreamAnswerTooLarge(exc.message, stream.received, stream.translator.usage) from exc
         except BaseException:
             await stream.close()
             raise

@@ -44,6 +44,10 @@ class UsageBuffer(Protocol):
         """Entries not yet acked (waiting or handed out): the metering backlog."""
         ...
 
+    async def oldest_age_s(self) -> float | None:
+        """Seconds since the oldest entry not yet acked was appended; None when there is none."""
+        ...
+
     async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:
         """Hand out again entries read at least min_idle_ms ago and never acked."""
         ...
@@ -60,6 +64,7 @@ class MemoryBuffer:
         self.maxlen = maxlen
         self.id_prefix = id_prefix  # tells this buffer's ids apart when it backs another one
         self._entries: dict[str, UsageEvent] = {}
+        self._appended_at: dict[str, float] = {}  # id -> unix time; the first is the oldest unacked
         self._waiting: deque[str] = deque()  # appended, not yet handed out
         self._handed_out: dict[str, float] = {}  # id -> monotonic time it was read
         self._ids = itertools.count(1)
@@ -70,6 +75,7 @@ class MemoryBuffer:
             raise MeteringBacklogFull(f"metering backlog is full ({self.maxlen} records); retry later")
         entry_id = f"{self.id_prefix}{next(self._ids)}"
         self._entries[entry_id] = event
+        self._appended_at[entry_id] = time.time()
         self._waiting.append(entry_id)
         self._arrived.set()
 
@@ -91,10 +97,15 @@ class MemoryBuffer:
     async def ack(self, ids: list[str]) -> None:
         for entry_id in ids:
             self._entries.pop(entry_id, None)
+            self._appended_at.pop(entry_id, None)
             self._handed_out.pop(entry_id, None)
 
     async def depth(self) -> int:
         return len(self._entries)
+
+    async def oldest_age_s(self) -> float | None:
+        oldest = next(iter(self._appended_at.values()), None)  # dicts keep their insertion order
+        return None if oldest is None else max(time.time() - oldest, 0.0)
 
     async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:
         now = time.monotonic()

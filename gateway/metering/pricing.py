@@ -33,20 +33,35 @@ class Tariff:
         self._usd_exponent = -(scale + PER_MILLION_DIGITS)
 
     def cost(self, usage: TokenUsage) -> Decimal:
-        """What the request costs: cached reads and cache writes at their own prices."""
-        prompt, cached, written = usage.prompt_tokens, usage.cached_tokens, usage.cache_write_tokens
+        """What the request costs: cached reads and cache writes at their own prices; never negative."""
+        prompt, completion, cached, written = _counts(usage)
         units = (
             max(prompt - cached - written, 0) * self.input
             + cached * self.cached_input
             + written * self.cache_write
-            + usage.completion_tokens * self.output
+            + completion * self.output
         )
         return Decimal(units).scaleb(self._usd_exponent)
 
     def uncached_cost(self, usage: TokenUsage) -> Decimal:
         """What the request would have cost with every prompt token at the plain input price."""
-        units = usage.prompt_tokens * self.input + usage.completion_tokens * self.output
+        prompt, completion, _, _ = _counts(usage)
+        units = prompt * self.input + completion * self.output
         return Decimal(units).scaleb(self._usd_exponent)
+
+
+def _counts(usage: TokenUsage) -> tuple[int, int, int, int]:
+    """Prompt, completion, cached and cache-write tokens, a negative count as none.
+
+    The adapters never hand over a negative count (gateway.providers.usage_bounds); this keeps a
+    cost from going below zero whatever the caller, since the configured rates are never negative.
+    """
+    return (
+        max(usage.prompt_tokens, 0),
+        max(usage.completion_tokens, 0),
+        max(usage.cached_tokens, 0),
+        max(usage.cache_write_tokens, 0),
+    )
 
 
 def _decimal_places(rate: Decimal) -> int:

@@ -4,7 +4,8 @@ Each event is one stream entry (its msgspec JSON in the `event` field). Writers 
 consumer group, so each entry goes to one writer; an entry is acked and deleted only after its
 record is committed. Entries a dead writer left pending are taken over with XAUTOCLAIM. The stream
 is never trimmed by length (that would drop unwritten records): `append` refuses new events with
-MeteringBacklogFull once about `maxlen` entries are waiting.
+MeteringBacklogFull once about `maxlen` entries are waiting. Since a written entry is deleted, the
+stream's first entry is the oldest unwritten one, and its id says when it was added.
 
 While Redis is unreachable, `append` keeps events in a bounded in-process spool instead of
 failing the request; `read` hands spooled events out first, so the writer persists them straight
@@ -85,6 +86,7 @@ class RedisStreamBuffer:
         self._decoder = msgspec.json.Decoder(UsageEvent)
         self._group_ready = False
         self._known_length = 0
+        self._known_oldest_ms: int | None = None  # the first entry's id time, as last seen
         self._unchecked_appends = LENGTH_CHECK_EVERY  # the first append checks
         self.spool = MemoryBuffer(maxlen=spool_maxlen, id_prefix=SPOOL_PREFIX)
         self.spooling = False  # the last append found Redis unreachable
@@ -169,6 +171,19 @@ class RedisStreamBuffer:
         with contextlib.suppress(*REDIS_DOWN):
             self._known_length = int(await self.redis.xlen(self.stream))
         return self._known_length + await self.spool.depth()
+
+    async def oldest_age_s(self) -> float | None:
+        """The older of the stream's first entry (its id time, by the Redis server's clock) and the
+        oldest spooled event; while Redis is unreachable, the first entry last seen."""
+        with contextlib.suppress(*REDIS_DOWN):
+            first = await self.redis.xrange(self.stream, count=1)
+            entry_id = first[0][0] if first else None
+            self._known_oldest_ms = None if entry_id is None else int(_text(entry_id).split("-")[0])
+        spooled = await self.spool.oldest_age_s()
+        if self._known_oldest_ms is None:
+            return spooled
+        streamed = max(time.time() - self._known_oldest_ms / 1000, 0.0)
+        return streamed if spooled is None else max(streamed, spooled)
 
     async def reclaim(self, min_idle_ms: int, max_count: int) -> list[tuple[str, UsageEvent]]:
         """Stream entries only: spooled ones belong to this process's writer, which holds them."""

@@ -3,6 +3,9 @@
 Entries are acked only after their rows are committed; `ON CONFLICT (request_id) DO NOTHING`
 makes a retried or re-claimed batch harmless. While the database is down the writer keeps its
 batch, backs off (capped, exponential) and tries again; nothing is acked, so nothing is lost.
+A batch refused for its contents (a value the database or the driver cannot take) is halved until
+each refused record is alone: every other record is written, each refused one goes to
+`usage_dead_letters` with the reason and is acked, so one record never stops the rest.
 """
 
 from __future__ import annotations
@@ -15,19 +18,23 @@ from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import msgspec
 import structlog
-from sqlalchemy import Insert, Table
+from sqlalchemy import Insert, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.db.models import UsageRecord
+from gateway.db.models import UsageDeadLetter, UsageRecord
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
 from gateway.settings import Settings
 
 # SQLSTATE classes 22 (data exception) and 23 (integrity violation): the same rows would fail again.
 _REFUSED_SQLSTATE_CLASSES = ("22", "23")
+# What the driver raises for a value it cannot encode (asyncpg: OverflowError for an int past its
+# column's type, its own DataError, a ValueError, for others): the same rows would fail again too.
+_UNENCODABLE = (OverflowError, ValueError)
 _MILLISECONDS = Decimal("0.001")
 
 
@@ -58,7 +65,7 @@ class UsageWriter:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.records_written = 0  # committed (a duplicate of an existing record counts too)
-        self.records_rejected = 0  # refused by the database for their contents, then dropped
+        self.records_rejected = 0  # refused for their contents: dead-lettered (or dropped if that failed)
         self.last_error: str | None = None  # None once a write succeeds again; for /readyz
         self._log = logger or structlog.get_logger("gateway.metering")
         self._stopping = asyncio.Event()
@@ -167,16 +174,45 @@ class UsageWriter:
         self.last_error = None
 
     async def _persist_apart(self, entries: list[tuple[str, UsageEvent]], exc: Exception) -> None:
-        """Halve a batch the database refused until the refused record is alone; drop that one."""
+        """Halve a refused batch until each refused record is alone; dead-letter those."""
         if len(entries) > 1:
             middle = len(entries) // 2
             await self._persist(entries[:middle])
             await self._persist(entries[middle:])
             return
         entry_id, event = entries[0]
-        self._note_error("usage_record_rejected", exc, request_id=event.request_id)
+        reason = describe_error(exc)
+        self._log.warning("usage_record_rejected", error=reason, request_id=event.request_id)
+        await self._dead_letter(event, reason)
         await self.buffer.ack([entry_id])
         self.records_rejected += 1
+
+    async def _dead_letter(self, event: UsageEvent, reason: str) -> None:
+        """Keep a refused event in usage_dead_letters; retried while the database is down."""
+        failures = 0
+        while True:
+            try:
+                await self._insert_dead_letter(event, reason)
+                return
+            except Exception as exc:
+                if is_refused_record(exc):  # not even as text: nothing more can be done with it
+                    self._note_error("usage_dead_letter_refused", exc, request_id=event.request_id)
+                    return
+                failures += 1
+                self._note_error("usage_dead_letter_failed", exc, attempt=failures)
+                await asyncio.sleep(self._backoff(failures))
+
+    async def _insert_dead_letter(self, event: UsageEvent, reason: str) -> None:
+        letter = {
+            "request_id": event.request_id,
+            "refused_at": datetime.now(UTC),
+            "reason": reason,
+            "event": msgspec.json.encode(event).decode(),
+        }
+        async with self.session_factory() as session:
+            dialect = session.get_bind().dialect.name
+            await session.execute(_insert_ignoring_duplicates(dialect, _DEAD_LETTERS), [letter])
+            await session.commit()
 
     async def _insert(self, events: list[UsageEvent]) -> None:
         async with self.session_factory() as session:
@@ -184,7 +220,9 @@ class UsageWriter:
             if dialect == "postgresql":  # COPY is the cheaper of the two from a single row up
                 await _copy_ignoring_duplicates(session, [record_values(event) for event in events])
             else:
-                await session.execute(_insert_ignoring_duplicates(dialect), [record_row(e) for e in events])
+                await session.execute(
+                    _insert_ignoring_duplicates(dialect, _RECORDS), [record_row(e) for e in events]
+                )
             await session.commit()
 
     def _backoff(self, failures: int) -> float:
@@ -213,8 +251,9 @@ async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[obje
     assert raw is not None
     try:
         await _copy_on(raw, rows)
-    except asyncpg.PostgresError:
-        raise  # the server refused: the driver's transaction rolled back, the connection is sound
+    except (asyncpg.PostgresError, *_UNENCODABLE):
+        raise  # the server refused, or a value could not be encoded: the driver's transaction
+        # rolled back (an encoding failure cancels the COPY), the connection is sound
     except BaseException:
         # Broken under the driver (the server went away mid-COPY): SQLAlchemy never saw it, so tell
         # its pool, or the next checkout would get the same dead connection.
@@ -243,8 +282,17 @@ async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]]) -> N
         )
 
 
-def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
-    table: Table = UsageRecord.__table__  # type: ignore[assignment]
+_RECORDS: Table = UsageRecord.__table__  # type: ignore[assignment]
+_DEAD_LETTERS: Table = UsageDeadLetter.__table__  # type: ignore[assignment]
+
+
+async def dead_letter_count(sessions: async_sessionmaker[AsyncSession]) -> int:
+    """The refused events waiting in usage_dead_letters for an operator."""
+    async with sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(_DEAD_LETTERS)) or 0)
+
+
+def _insert_ignoring_duplicates(dialect_name: str, table: Table) -> Insert:
     if dialect_name == "postgresql":
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
     if dialect_name == "sqlite":
@@ -299,18 +347,23 @@ def _milliseconds(value: float) -> Decimal:
 
 
 def is_refused_record(exc: BaseException) -> bool:
-    """The database rejected the rows themselves (too long, out of range, constraint)."""
+    """The rows themselves are the trouble (too long, out of range, a constraint, a value the driver
+    cannot encode), not the database's being away: writing them again would fail again."""
     if isinstance(exc, DataError | IntegrityError):
         return True
-    sqlstate = getattr(getattr(exc, "orig", exc), "sqlstate", None)  # raw asyncpg errors (COPY) too
+    original = getattr(exc, "orig", None) or exc  # raw asyncpg errors (COPY) too
+    if isinstance(original, _UNENCODABLE):
+        return True
+    sqlstate = getattr(original, "sqlstate", None)
     return isinstance(sqlstate, str) and sqlstate[:2] in _REFUSED_SQLSTATE_CLASSES
 
 
 def describe_error(exc: BaseException) -> str:
     """`OperationalError (ConnectionRefusedError)`: the kind of failure, never its parameters."""
     original = getattr(exc, "orig", None)
-    if original is None:
-        return type(exc).__name__
+    if original is None:  # a driver's own error (the COPY path), or not a database error at all
+        sqlstate = getattr(exc, "sqlstate", None)
+        return type(exc).__name__ if sqlstate is None else f"{type(exc).__name__} (SQLSTATE {sqlstate})"
     sqlstate = getattr(original, "sqlstate", None)
     detail = (
         type(original).__name__ if sqlstate is None else f"{type(original).__name__}, SQLSTATE {sqlstate}"

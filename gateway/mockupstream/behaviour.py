@@ -10,10 +10,15 @@ from typing import Annotated, Any
 
 import msgspec
 
+from gateway.providers.usage_bounds import MAX_TOKENS
+
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 # What the fake generates is bounded: a knob set to a billion would take the process's memory.
 Generated = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+# A reported count is held to the bound the gateway believes: an override past it is a 400, so the
+# mock never puts on the wire a count no real provider would send.
+Reported = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 
 
 class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -22,9 +27,9 @@ class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     latency_ms: NonNegative = 0.0  # before the first byte
     chunk_delay_ms: NonNegative = 0.0  # between stream frames
     chunks: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 4  # content chunks in a stream
-    prompt_tokens: Count | None = None  # None: counted from the request text
+    prompt_tokens: Reported | None = None  # None: counted from the request text
     completion_tokens: Generated = 16  # capped by max_tokens / max_completion_tokens
-    cached_tokens: Count | None = None  # None: a hit when the cache prefix was seen before
+    cached_tokens: Reported | None = None  # None: a hit when the cache prefix was seen before
     fail_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
     fail_status: Annotated[int, msgspec.Meta(ge=400, le=599)] = 500
     retry_after: NonNegative | None = None  # seconds, sent as `retry-after` with a failure

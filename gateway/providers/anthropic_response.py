@@ -21,6 +21,7 @@ from gateway.providers.chat_output import (
     ToolCall,
 )
 from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response
+from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -42,13 +43,17 @@ def finish_reason(stop_reason: str | None) -> FinishReason:
 
 
 def normalise_usage(usage: Usage) -> TokenUsage:
-    cache_read = usage.cache_read_input_tokens or 0
-    cache_write = usage.cache_creation_input_tokens or 0
-    return TokenUsage(
-        prompt_tokens=(usage.input_tokens or 0) + cache_read + cache_write,
-        completion_tokens=usage.output_tokens or 0,
-        cached_tokens=cache_read,
-        cache_write_tokens=cache_write,
+    """Anthropic's counts in OpenAI terms; UntrustedUsage when one cannot be true (the prompt, their
+    sum, is held to the same bound as each count)."""
+    cache_read = reported_count(usage.cache_read_input_tokens, "cache_read_input_tokens")
+    cache_write = reported_count(usage.cache_creation_input_tokens, "cache_creation_input_tokens")
+    return bounded(
+        TokenUsage(
+            prompt_tokens=reported_count(usage.input_tokens, "input_tokens") + cache_read + cache_write,
+            completion_tokens=reported_count(usage.output_tokens, "output_tokens"),
+            cached_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
     )
 
 
@@ -60,9 +65,13 @@ def parse_messages_response(body: bytes, created: int) -> UpstreamResponse:
         raise bad_response("not an Anthropic message") from None
     if response.type == "error" or response.error is not None:
         raise stream_error(response.error or ErrorObject())
-    usage = normalise_usage(response.usage) if response.usage else None
+    usage, untrusted = None, None
+    try:
+        usage = normalise_usage(response.usage) if response.usage else None
+    except UntrustedUsage as exc:  # the answer is served without the counts
+        untrusted = str(exc)
     completion = to_chat_completion(response, created, usage)
-    return UpstreamResponse(body=msgspec.json.encode(completion), usage=usage)
+    return UpstreamResponse(body=msgspec.json.encode(completion), usage=usage, untrusted_usage=untrusted)
 
 
 def to_chat_completion(response: MessagesResponse, created: int, usage: TokenUsage | None) -> ChatCompletion:

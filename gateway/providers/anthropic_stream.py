@@ -27,6 +27,7 @@ from gateway.providers.chat_output import (
 )
 from gateway.providers.openai import DONE_FRAME, sse_frame
 from gateway.providers.upstream_errors import bad_response
+from gateway.providers.usage_bounds import UntrustedUsage
 
 
 class AnthropicStreamTranslator:
@@ -34,6 +35,7 @@ class AnthropicStreamTranslator:
 
     def __init__(self, call: UpstreamCall, clock: Callable[[], float]) -> None:
         self.usage: TokenUsage | None = None
+        self.untrusted_usage: str | None = None
         self._wants_usage = call.client_wants_usage
         self._id = ""
         self._model = call.upstream_model
@@ -74,7 +76,7 @@ class AnthropicStreamTranslator:
             self._id = event.message.id
             self._model = event.message.model or self._model
             self._start_usage = event.message.usage or Usage()
-            self.usage = normalise_usage(self._start_usage)
+            self._note_usage(self._start_usage)
         return [self._chunk(ChunkDelta(role="assistant", content=""))]
 
     def _block_start(self, event: StreamEvent) -> list[bytes]:
@@ -110,8 +112,14 @@ class AnthropicStreamTranslator:
         if event.delta is not None and event.delta.stop_reason is not None:
             self._stop_reason = event.delta.stop_reason
         if event.usage is not None:
-            self.usage = normalise_usage(_merged(self._start_usage, event.usage))
+            self._note_usage(_merged(self._start_usage, event.usage))
         return []
+
+    def _note_usage(self, usage: Usage) -> None:
+        try:
+            self.usage, self.untrusted_usage = normalise_usage(usage), None
+        except UntrustedUsage as exc:
+            self.usage, self.untrusted_usage = None, str(exc)
 
     def _final_frames(self) -> list[bytes]:
         if self._finished:

@@ -88,11 +88,16 @@ class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 # --- response and stream events ---------------------------------------------------------------
 
 
+# A count is decoded as whatever JSON value the upstream sent, and judged by
+# `gateway.providers.usage_bounds` (a wrong type makes the usage untrusted, not the answer unreadable).
+Count = Any
+
+
 class Usage(msgspec.Struct, frozen=True):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_input_tokens: Count = None
+    cache_creation_input_tokens: Count = None
 
 
 class ResponseBlock(msgspec.Struct, frozen=True):

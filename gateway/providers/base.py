@@ -58,13 +58,15 @@ class UpstreamRequest:
 @dataclass(frozen=True, slots=True)
 class UpstreamResponse:
     body: bytes  # an OpenAI-format JSON body, ready for the client
-    usage: TokenUsage | None  # None when the upstream reported none
+    usage: TokenUsage | None  # None when the upstream reported none, or counts not believed
+    untrusted_usage: str | None = None  # why the reported counts were not believed (usage_bounds)
 
 
 class StreamTranslator(Protocol):
     """Turns an upstream's SSE events into OpenAI SSE frames, and keeps the usage it saw."""
 
-    usage: TokenUsage | None
+    usage: TokenUsage | None  # the last report, None if none came or it was not believed
+    untrusted_usage: str | None  # why the last report was not believed (usage_bounds)
 
     def feed(self, data: bytes) -> list[bytes]:
         """Take one SSE event's `data` payload; return complete frames (`data: ...\\n\\n`) to send."""

@@ -22,17 +22,21 @@ from gateway.providers.base import (
 from gateway.providers.cache_hints import apply_openai_hints, hint_mode
 from gateway.providers.openai_wire import ErrorEnvelope, ErrorObject, Metered, Usage
 from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response, classify_status
+from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
 from gateway.settings import Provider
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
 def token_usage(usage: Usage) -> TokenUsage:
+    """The counts of an OpenAI usage object; UntrustedUsage when one cannot be true."""
     details = usage.prompt_tokens_details
-    return TokenUsage(
-        prompt_tokens=usage.prompt_tokens or 0,
-        completion_tokens=usage.completion_tokens or 0,
-        cached_tokens=(details.cached_tokens or 0) if details else 0,
+    return bounded(
+        TokenUsage(
+            prompt_tokens=reported_count(usage.prompt_tokens, "prompt_tokens"),
+            completion_tokens=reported_count(usage.completion_tokens, "completion_tokens"),
+            cached_tokens=reported_count(details.cached_tokens, "cached_tokens") if details else 0,
+        )
     )
 
 
@@ -76,7 +80,11 @@ class OpenAIAdapter:
         details = metered.usage.prompt_tokens_details
         if call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None):
             body = _with_cached_tokens(body)
-        return UpstreamResponse(body=body, usage=token_usage(metered.usage))
+        try:
+            usage = token_usage(metered.usage)
+        except UntrustedUsage as exc:  # the answer itself is served as it came
+            return UpstreamResponse(body=body, usage=None, untrusted_usage=str(exc))
+        return UpstreamResponse(body=body, usage=usage)
 
     def stream_translator(self, call: UpstreamCall) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator(call)
@@ -156,6 +164,7 @@ class OpenAIStreamTranslator:
 
     def __init__(self, call: UpstreamCall) -> None:
         self.usage: TokenUsage | None = None
+        self.untrusted_usage: str | None = None
         self._drop_usage_chunk = not call.client_wants_usage
         self._done = False
 
@@ -168,13 +177,19 @@ class OpenAIStreamTranslator:
             if chunk.error is not None:
                 raise _stream_or_body_error(chunk.error)
             if chunk.usage is not None:
-                self.usage = token_usage(chunk.usage)
+                self._note_usage(chunk.usage)
                 if self._drop_usage_chunk and not chunk.choices:
                     return []
         return [sse_frame(data)]
 
     def finish(self) -> list[bytes]:
         return [] if self._done else [DONE_FRAME]
+
+    def _note_usage(self, usage: Usage) -> None:
+        try:
+            self.usage, self.untrusted_usage = token_usage(usage), None
+        except UntrustedUsage as exc:
+            self.usage, self.untrusted_usage = None, str(exc)
 
 
 def _may_carry_usage(data: bytes) -> bool:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
+
+# A count is decoded as whatever JSON value the upstream sent, and judged by
+# `gateway.providers.usage_bounds`: a count of the wrong type makes the usage untrusted, not the
+# whole answer unreadable.
+Count = Any
 
 
 class PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
+    cached_tokens: Count = None
 
 
 class Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: Count = None
+    completion_tokens: Count = None
     prompt_tokens_details: PromptDetails | None = None
 
 

@@ -105,7 +105,9 @@ def test_an_upstream_failure_counts_as_an_upstream_error(stack: Stack, fresh_ups
 
 def test_the_gauges_are_exposed(stack: Stack) -> None:
     series = scrape(stack)
-    for gauge in ("gateway_open_circuits", "gateway_active_batch_pins", "gateway_metering_backlog"):
+    gauges = ("gateway_open_circuits", "gateway_active_batch_pins", "gateway_metering_backlog")
+    gauges += ("gateway_metering_oldest_unwritten_seconds", "gateway_usage_dead_letters")
+    for gauge in gauges:
         assert (gauge, ()) in series
         assert series[(gauge, ())] >= 0
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from alembic import command
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
-from gateway.db.migrate import upgrade_head_async
+from gateway.db.migrate import alembic_config, upgrade_head_async
 from gateway.db.session import create_engine
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
-from tests.unit.db.test_migrate import schema_diffs
+from tests.unit.db.test_migrate import HEAD, schema_diffs
 
 pytestmark = pytest.mark.integration
 
@@ -30,4 +32,41 @@ async def test_concurrent_upgrades_on_a_fresh_database_agree_with_the_models() -
     await engine.dispose()
     await drop_database(DATABASE)
     assert diffs == []
-    assert [tuple(row) for row in versions] == [("0001",)]
+    assert [tuple(row) for row in versions] == [(HEAD,)]
+
+
+async def test_the_token_columns_widen_under_existing_records() -> None:
+    """A database at 0001 with a record in it: after the upgrade the record is there and a count
+    past int4 fits beside it."""
+    database = "gateway_test_metering_migrate_widen"
+    await create_database(database)
+    url = pg_url(database)
+    engine = create_engine(url)
+    columns = "request_id, created_at, team_id, key_id, model, provider, region, deployment, upstream_model, "
+    columns += "endpoint, status, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, "
+    columns += "usage_source, cost, uncached_cost, latency_ms"
+    values = "'{id}', now(), 't', 'k', 'm', 'p', 'r', 'd', 'u', 'chat/completions', 200, {n}, 1, 0, 0, "
+    values += "'upstream', 0, 0, 1"
+
+    def upgrade_to_first(connection: Connection) -> None:
+        config = alembic_config(url)
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+
+    async with engine.begin() as connection:
+        await connection.run_sync(upgrade_to_first)
+        await connection.execute(
+            text(f"INSERT INTO usage_records ({columns}) VALUES ({values.format(id='old', n=7)})")
+        )
+    await upgrade_head_async(url)
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(f"INSERT INTO usage_records ({columns}) VALUES ({values.format(id='new', n=3_000_000_000)})")
+        )
+        rows = await connection.execute(text("SELECT request_id, prompt_tokens FROM usage_records"))
+        counts = {row[0]: row[1] for row in rows}
+        diffs = await connection.run_sync(schema_diffs)
+    await engine.dispose()
+    await drop_database(database)
+    assert counts == {"old": 7, "new": 3_000_000_000}
+    assert diffs == []

@@ -1,4 +1,5 @@
-"""UsageWriter on real PostgreSQL and Redis: idempotency, outages, refused rows, dead writers."""
+"""UsageWriter on real PostgreSQL and Redis: idempotency, outages, refused rows and their dead
+letters, dead writers."""
 
 from __future__ import annotations
 
@@ -6,17 +7,19 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import msgspec
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.migrate import upgrade_head_async
-from gateway.db.models import UsageRecord
+from gateway.db.models import UsageDeadLetter, UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.metering.buffer import MemoryBuffer
+from gateway.metering.events import UsageEvent
 from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.metering.writer import UsageWriter
+from gateway.metering.writer import UsageWriter, dead_letter_count
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
 from tests.unit.metering.conftest import EventFactory
 
@@ -152,3 +155,80 @@ async def test_a_refused_record_in_a_large_batch_does_not_block_the_rest(
 
     assert await record_count(pg_engine) == 100 - 1
     assert writer.records_rejected == 1
+
+
+async def dead_letters(engine: AsyncEngine) -> list[UsageDeadLetter]:
+    async with session_factory(engine)() as session:
+        return list((await session.scalars(select(UsageDeadLetter))).all())
+
+
+async def test_an_unencodable_record_is_dead_lettered_and_every_other_written(
+    pg_engine: AsyncEngine, redis: Redis, stream: str, make_event: EventFactory
+) -> None:
+    """A count past BIGINT makes asyncpg raise OverflowError while it builds the COPY: that record
+    alone is set aside; the database is not taken for down."""
+    buffer = RedisStreamBuffer(redis, stream=stream, consumer="writer-1")
+    events = [make_event(prompt_tokens=2**63 if n == 17 else 3_000_000_000) for n in range(40)]
+    for event in events:
+        await buffer.append(event)
+    writer = UsageWriter(buffer, session_factory(pg_engine), batch_size=40, backoff_max_s=0.05)
+
+    async with asyncio.timeout(20):  # a writer taking the record for an outage would retry forever
+        await writer.flush()
+
+    assert await record_count(pg_engine) == 39
+    [letter] = await dead_letters(pg_engine)
+    assert (letter.request_id, letter.reason) == (events[17].request_id, "OverflowError")
+    assert msgspec.json.decode(letter.event, type=UsageEvent) == events[17]
+    assert await dead_letter_count(session_factory(pg_engine)) == 1
+    assert (writer.records_written, writer.records_rejected) == (39, 1)
+    assert writer.last_error is None
+    assert await redis.xlen(stream) == 0  # acked and deleted: no writer will stick on it again
+    pending = await redis.xpending(stream, "writers")
+    assert pending["pending"] == 0
+
+    later = make_event()
+    await buffer.append(later)
+    async with asyncio.timeout(20):
+        await writer.flush()
+    assert await record_count(pg_engine) == 40
+
+
+async def test_counts_past_int4_are_written_by_copy_and_by_the_idempotent_path(
+    pg_engine: AsyncEngine, make_event: EventFactory
+) -> None:
+    buffer = MemoryBuffer()
+    writer = UsageWriter(buffer, session_factory(pg_engine))
+    big = {"prompt_tokens": 3_000_000_000, "completion_tokens": 2**40}
+    big |= {"cached_tokens": 2**31, "cache_write_tokens": 2**32}
+    first = make_event(**big)
+    await buffer.append(first)
+    await writer.flush()  # COPY straight into usage_records
+    await buffer.append(first)
+    await buffer.append(make_event(**big))
+    await writer.flush()  # a duplicate among them: COPY into the staging table, INSERT ... SELECT
+
+    async with session_factory(pg_engine)() as session:
+        rows = (await session.scalars(select(UsageRecord))).all()
+    assert len(rows) == 2
+    assert {(r.prompt_tokens, r.completion_tokens, r.cached_tokens, r.cache_write_tokens) for r in rows} == {
+        (3_000_000_000, 2**40, 2**31, 2**32)
+    }
+    assert writer.records_rejected == 0
+
+
+async def test_a_record_the_database_refuses_is_dead_lettered_with_its_reason(
+    pg_engine: AsyncEngine, make_event: EventFactory
+) -> None:
+    buffer = MemoryBuffer()
+    writer = UsageWriter(buffer, session_factory(pg_engine))
+    refused = make_event(request_id="r" * 80)  # request_id is VARCHAR(64)
+    await buffer.append(refused)
+    await buffer.append(make_event())
+
+    await writer.flush()
+
+    [letter] = await dead_letters(pg_engine)
+    assert letter.request_id == refused.request_id
+    assert letter.reason == "StringDataRightTruncationError (SQLSTATE 22001)"  # the kind, not the value
+    assert await record_count(pg_engine) == 1

@@ -16,6 +16,8 @@ from gateway.db.base import Base
 from gateway.db.migrate import alembic_config, migrations_dir, upgrade_head, upgrade_head_async
 from gateway.db.session import create_engine
 
+HEAD = "0002"  # the newest revision under migrations/versions
+
 
 def schema_diffs(connection: Connection) -> list[object]:
     context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -35,7 +37,7 @@ async def inspect_database(url: str) -> tuple[list[object], set[str], str | None
 def test_migrations_folder_is_found_from_the_package() -> None:
     assert (migrations_dir() / "env.py").is_file()
     heads = ScriptDirectory.from_config(alembic_config("sqlite:///unused.db")).get_heads()
-    assert heads == ["0001"]
+    assert heads == [HEAD]
 
 
 async def test_fresh_sqlite_database_matches_the_models(tmp_path: Path) -> None:
@@ -45,8 +47,8 @@ async def test_fresh_sqlite_database_matches_the_models(tmp_path: Path) -> None:
     diffs, tables, version = await inspect_database(url)
 
     assert diffs == []
-    assert {"teams", "api_keys", "usage_records", "alembic_version"} <= tables
-    assert version == "0001"
+    assert {"teams", "api_keys", "usage_records", "usage_dead_letters", "alembic_version"} <= tables
+    assert version == HEAD
 
 
 async def test_upgrading_twice_changes_nothing(tmp_path: Path) -> None:
@@ -56,4 +58,4 @@ async def test_upgrading_twice_changes_nothing(tmp_path: Path) -> None:
     await asyncio.to_thread(upgrade_head, url)  # the synchronous entry point, as the CLI calls it
 
     diffs, _, version = await inspect_database(url)
-    assert (diffs, version) == ([], "0001")
+    assert (diffs, version) == ([], HEAD)

@@ -72,3 +72,21 @@ async def test_appending_over_the_bound_is_refused(make_event: EventFactory) -> 
     await buffer.ack([entries[0][0]])
     await buffer.append(make_event())  # room again
     assert await buffer.depth() == 2
+
+
+async def test_the_oldest_unwritten_event_is_the_first_not_yet_acked(make_event: EventFactory) -> None:
+    buffer = MemoryBuffer()
+    assert await buffer.oldest_age_s() is None
+    await buffer.append(make_event())
+    await asyncio.sleep(0.2)
+    await buffer.append(make_event())
+
+    first_age = await buffer.oldest_age_s()
+    assert first_age is not None and 0.2 <= first_age < 5
+    batch = await buffer.read(1, block_ms=0)
+    assert await buffer.oldest_age_s() == pytest.approx(first_age, abs=0.1)  # read is not written
+    await buffer.ack([entry_id for entry_id, _ in batch])
+    second_age = await buffer.oldest_age_s()
+    assert second_age is not None and second_age < 0.2
+    await buffer.ack([entry_id for entry_id, _ in await buffer.read(1, block_ms=0)])
+    assert await buffer.oldest_age_s() is None

@@ -134,3 +134,26 @@ def test_a_tariff_keeps_the_most_decimal_places_of_its_rates() -> None:
     assert (tariff.scale, tariff.input, tariff.cached_input, tariff.cache_write, tariff.output) == (
         4, 375, 35_000, 375, 100_000
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        TokenUsage(prompt_tokens=-1_000_000, completion_tokens=10),
+        TokenUsage(prompt_tokens=10, completion_tokens=-1_000_000),
+        TokenUsage(prompt_tokens=10, completion_tokens=1, cached_tokens=-1_000_000),
+        TokenUsage(prompt_tokens=10, completion_tokens=1, cache_write_tokens=-1_000_000),
+    ],
+)
+def test_a_negative_count_is_priced_as_none_never_as_a_refund(usage: TokenUsage) -> None:
+    assert cost_of(usage, SONNET) >= 0
+    assert uncached_cost_of(usage, SONNET) >= 0
+    assert cost_of(usage, SONNET) == cost_of(
+        TokenUsage(
+            prompt_tokens=max(usage.prompt_tokens, 0),
+            completion_tokens=max(usage.completion_tokens, 0),
+            cached_tokens=max(usage.cached_tokens, 0),
+            cache_write_tokens=max(usage.cache_write_tokens, 0),
+        ),
+        SONNET,
+    )

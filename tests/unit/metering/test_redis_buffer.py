@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import fakeredis
+import msgspec
 import pytest
 from redis.asyncio import Redis
 
@@ -145,3 +147,23 @@ async def test_a_vanished_stream_gets_its_group_back(
     await buffer.append(event)
 
     assert [e for _, e in await buffer.read(10, block_ms=0)] == [event]
+
+
+async def test_the_oldest_unwritten_entry_is_the_streams_first(
+    redis: Redis, stream: str, make_event: EventFactory
+) -> None:
+    buffer = buffer_on(redis, stream)
+    assert await buffer.oldest_age_s() is None
+    a_minute_ago = int(time.time() * 1000) - 60_000
+    await redis.xadd(stream, {"event": msgspec.json.encode(make_event())}, id=f"{a_minute_ago}-0")
+    await buffer.append(make_event())
+
+    age = await buffer.oldest_age_s()
+    assert age is not None and 59 < age < 65
+    entries = await buffer.read(1, block_ms=0)  # read, not written: still the oldest
+    assert await buffer.oldest_age_s() == pytest.approx(age, abs=1)
+    await buffer.ack([entry_id for entry_id, _ in entries])
+    newer = await buffer.oldest_age_s()
+    assert newer is not None and newer < 5
+    await buffer.ack([entry_id for entry_id, _ in await buffer.read(10, block_ms=0)])
+    assert await buffer.oldest_age_s() is None

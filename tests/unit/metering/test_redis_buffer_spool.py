@@ -152,3 +152,22 @@ async def test_a_failed_group_commit_spools_every_event_of_it(
     server.connected = False
     await asyncio.gather(*(buffer.append(make_event()) for _ in range(50)))
     assert await buffer.spool.depth() == 50
+
+
+async def test_the_oldest_unwritten_age_counts_the_spool_and_outlives_an_outage(
+    server_and_redis: tuple[fakeredis.FakeServer, Redis], make_event: EventFactory
+) -> None:
+    server, redis = server_and_redis
+    buffer = buffer_on(redis)
+    await buffer.append(make_event())
+    streamed = await buffer.oldest_age_s()
+    assert streamed is not None
+    server.connected = False
+    await buffer.append(make_event())  # spooled
+
+    age = await buffer.oldest_age_s()
+    assert age is not None and age >= streamed  # the stream's first entry, as last seen
+    await buffer.ack([entry_id for entry_id, _ in await buffer.read(10, block_ms=0)])  # the spooled one
+    assert await buffer.spool.oldest_age_s() is None
+    still = await buffer.oldest_age_s()
+    assert still is not None and still >= age

@@ -9,14 +9,23 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import msgspec
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.migrate import upgrade_head_async
-from gateway.db.models import UsageRecord
+from gateway.db.models import UsageDeadLetter, UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.metering.buffer import MemoryBuffer
-from gateway.metering.writer import UsageWriter, describe_error, record_row
+from gateway.metering.events import UsageEvent
+from gateway.metering.writer import (
+    UsageWriter,
+    dead_letter_count,
+    describe_error,
+    is_refused_record,
+    record_row,
+)
 from tests.unit.metering.conftest import EventFactory
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -139,3 +148,58 @@ def test_record_row_has_utc_time_and_exact_numbers(make_event: EventFactory) -> 
 
 def test_errors_are_described_without_their_text() -> None:
     assert describe_error(ValueError("team_a secret prompt")) == "ValueError"
+
+
+async def dead_letters(sessions: Sessions) -> list[UsageDeadLetter]:
+    async with sessions() as session:
+        return list((await session.scalars(select(UsageDeadLetter))).all())
+
+
+async def test_an_unencodable_record_is_dead_lettered_and_the_rest_written(
+    sqlite_sessions: Sessions, make_event: EventFactory
+) -> None:
+    buffer = MemoryBuffer()
+    writer = UsageWriter(buffer, sqlite_sessions, batch_size=10)
+    events = [make_event(prompt_tokens=2**63 if n == 3 else 100) for n in range(10)]  # past SQLite's int
+    for event in events:
+        await buffer.append(event)
+
+    async with asyncio.timeout(10):  # a writer taking the record for an outage would retry forever
+        await writer.flush()
+
+    written = {record.request_id for record in await stored(sqlite_sessions)}
+    assert written == {e.request_id for n, e in enumerate(events) if n != 3}
+    [letter] = await dead_letters(sqlite_sessions)
+    assert letter.request_id == events[3].request_id
+    assert letter.reason == "OverflowError"
+    assert msgspec.json.decode(letter.event, type=UsageEvent) == events[3]
+    assert (writer.records_written, writer.records_rejected) == (9, 1)
+    assert await buffer.depth() == 0
+    assert await dead_letter_count(sqlite_sessions) == 1
+
+    await buffer.append(make_event())  # and the writer goes on
+    await writer.flush()
+    assert len(await stored(sqlite_sessions)) == 10
+
+
+async def test_a_record_dead_lettered_twice_is_one_letter(
+    sqlite_sessions: Sessions, make_event: EventFactory
+) -> None:
+    buffer = MemoryBuffer()
+    writer = UsageWriter(buffer, sqlite_sessions)
+    poisoned = make_event(completion_tokens=-(2**70))
+    for _ in range(2):  # as when two writers both held a reclaimed batch
+        await buffer.append(poisoned)
+        async with asyncio.timeout(10):
+            await writer.flush()
+
+    assert len(await dead_letters(sqlite_sessions)) == 1
+    assert await buffer.depth() == 0
+
+
+def test_refused_and_unencodable_rows_are_told_from_a_database_that_is_away() -> None:
+    assert is_refused_record(OverflowError("value out of int32 range"))
+    assert is_refused_record(ValueError("invalid input"))
+    assert not is_refused_record(ConnectionRefusedError())
+    assert not is_refused_record(TimeoutError())
+    assert not is_refused_record(OperationalError("INSERT", {}, ConnectionRefusedError()))

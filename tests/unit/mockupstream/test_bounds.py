@@ -1,4 +1,5 @@
-"""The fake provider refuses requests that would size its answer past OpenAI's bounds."""
+"""The fake provider refuses requests that would size its answer past OpenAI's bounds, or report a
+count past the gateway's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from gateway.mockupstream.behaviour import BehaviourError, MockBehaviour, with_overrides
 from gateway.mockupstream.routes import MAX_BATCH, MAX_CHOICES, MAX_DIMENSIONS
 from gateway.mockupstream.transport import InProcessMockTransport
+from gateway.providers.usage_bounds import MAX_TOKENS
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -48,3 +50,16 @@ def test_a_behaviour_that_would_generate_without_bound_is_refused() -> None:
         with_overrides(MockBehaviour(), {"completion_tokens": 10**9})
     with pytest.raises(BehaviourError):
         with_overrides(MockBehaviour(), {"chunks": 10**9})
+
+
+@pytest.mark.parametrize("override", [{"prompt_tokens": 3_000_000_000}, {"cached_tokens": MAX_TOKENS + 1}])
+async def test_a_reported_count_past_the_gateways_bound_is_a_400(override: dict[str, int]) -> None:
+    reply = await post("/chat/completions", {**CHAT, "mock": override})
+    assert reply.status_code == 400
+    assert next(iter(override)) in reply.json()["error"]["message"]
+
+
+async def test_a_count_at_the_bound_is_reported() -> None:
+    reply = await post("/chat/completions", {**CHAT, "mock": {"prompt_tokens": MAX_TOKENS}})
+    assert reply.status_code == 200
+    assert reply.json()["usage"]["prompt_tokens"] == MAX_TOKENS
