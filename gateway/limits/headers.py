@@ -1,4 +1,4 @@
-"""OpenAI's rate-limit headers and the 429 errors that carry them.
+"""OpenAI's rate-limit headers and the 429 errors that carry them (windows and budgets).
 
 `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` describe, for each kind, the binding window
 with the least room left; resets are durations in Go's notation, as OpenAI sends them ("6s",
@@ -88,3 +88,29 @@ def quota_exceeded(scope: str, owner: str, budget: Decimal, month: str, seconds_
     )
     retry_after = str(max(1, math.ceil(seconds_left)))
     return QuotaExceeded(message, headers=NO_RETRY | {"retry-after": retry_after})
+
+
+def request_over_budget(
+    scope: str, owner: str, budget: Decimal, cost: Decimal, left: Decimal, month: str, seconds_left: float
+) -> QuotaExceeded:
+    """The 429 `insufficient_quota` for a request whose reservation is more than the budget has left."""
+    message = (
+        f"This request may cost up to {cost.normalize():f} USD (its prompt and max_tokens at the "
+        f"model's prices), more than the {left.normalize():f} USD left of the monthly budget of "
+        f"{budget.normalize():f} USD for {scope} {owner} in {month}. Lower max_tokens or raise the budget."
+    )
+    retry_after = str(max(1, math.ceil(seconds_left)))
+    return QuotaExceeded(message, headers=NO_RETRY | {"retry-after": retry_after})
+
+
+BUDGET_HELD_RETRY_S = 1  # the requests holding the rest of a budget are usually done by then
+
+
+def budget_held(scope: str, owner: str, budget: Decimal, held: Decimal) -> RateLimited:
+    """The 429 for a request that would fit the budget but for what requests in flight reserved."""
+    message = (
+        f"The rest of the monthly budget of {budget.normalize():f} USD for {scope} {owner} is reserved "
+        f"by requests in flight ({held.normalize():f} USD). Please try again once they finish."
+    )
+    retry = {"retry-after": str(BUDGET_HELD_RETRY_S), "retry-after-ms": str(BUDGET_HELD_RETRY_S * 1000)}
+    return RateLimited(message, headers=retry)

@@ -1,4 +1,5 @@
-"""Recover month-to-date spend from `usage_records`, e.g. on a cold Redis or a restarted process.
+"""Recover month-to-date spend from `usage_records`: every counter at start-up (`reconcile`), one
+team's or key's when admission finds its counter missing (`RecordedSpend`, see rebuild.py).
 
 The records lag behind the counters (they are written in bulk, off the request path), so
 reconciling only ever raises a counter to what the records say: a cold counter is restored, a
@@ -11,12 +12,15 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Integer, cast, func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.db.models import UsageRecord
+from gateway.errors import ServiceUnavailable
 from gateway.limits.limiter import Limiter
 from gateway.limits.spend import MONEY_SCALE, MonthSpend, month_bounds, month_of, to_units
+from gateway.limits.windows import Scope
 
 
 def _cost_sum(dialect: str) -> ColumnElement[Any]:
@@ -29,14 +33,19 @@ def _units(value: Any, dialect: str) -> int:
     return int(value) if dialect == "sqlite" else to_units(Decimal(value))
 
 
+def _in_month(now: float) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    start, end = month_bounds(now)
+    return UsageRecord.created_at >= start, UsageRecord.created_at < end
+
+
 async def load_month_spend(session: AsyncSession, now: float) -> MonthSpend:
     """Each team's and key's spend in the UTC calendar month holding `now`, from the records."""
     dialect = session.get_bind().dialect.name
-    start, end = month_bounds(now)
-    in_month = (UsageRecord.created_at >= start, UsageRecord.created_at < end)
     totals: dict[str, dict[str, int]] = {}
     for column in (UsageRecord.team_id, UsageRecord.key_id):
-        rows = await session.execute(select(column, _cost_sum(dialect)).where(*in_month).group_by(column))
+        rows = await session.execute(
+            select(column, _cost_sum(dialect)).where(*_in_month(now)).group_by(column)
+        )
         totals[column.key] = {owner: _units(cost, dialect) for owner, cost in rows if cost is not None}
     return MonthSpend(month_of(now), teams=totals["team_id"], keys=totals["key_id"])
 
@@ -47,3 +56,26 @@ async def reconcile(limiter: Limiter, sessions: async_sessionmaker[AsyncSession]
         spend = await load_month_spend(session, now)
     await limiter.reconcile(spend)
     return spend
+
+
+class RecordedSpend:
+    """One team's or key's month spend from the records (`SpendRecords`, for SpendRebuilds)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def month_units(self, scope: Scope, owner: str, now: float) -> int:
+        column = UsageRecord.team_id if scope == "team" else UsageRecord.key_id
+        try:
+            async with self._sessions() as session:
+                dialect = session.get_bind().dialect.name
+                total = await session.scalar(
+                    select(_cost_sum(dialect)).where(column == owner, *_in_month(now))
+                )
+        except (SQLAlchemyError, OSError) as exc:
+            raise ServiceUnavailable(
+                f"Budgets cannot be checked right now: the month's spend of {scope} {owner} must be rebuilt "
+                "from the usage records and the gateway's database is unreachable. Retry shortly.",
+                headers={"retry-after": "1"},
+            ) from exc
+        return 0 if total is None else max(_units(total, dialect), 0)

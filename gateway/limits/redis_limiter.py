@@ -1,14 +1,21 @@
-"""RedisLimiter: rate windows and month spend in Redis, exact across every gateway process.
+"""RedisLimiter: rate windows, month spend and budget holds in Redis, exact across every process.
 
-One Lua script per admission reads both month counters and every applicable window (key and
-team, requests and tokens), and charges the windows only if the budgets allow and all of them fit:
-one round trip, atomic. Window state is one GCRA TAT per window (`gw:rate:<scope>:<id>:<kind>`, a
-float of microseconds, expiring once the bucket is full again); spend is an integer count of
-1e-10 USD (`gw:spend:<scope>:<id>:<YYYY-MM>`, INCRBY, 35-day TTL). Time is Redis's own clock
-(TIME) unless a clock is injected, so processes on different hosts agree.
+One Lua script per admission reads both month counters, the reservations in flight and every
+applicable window (key and team, requests and tokens), and charges the windows and holds the
+reservation's cost only if the budgets allow and all windows fit: one round trip, atomic, so a
+crowd of concurrent requests cannot all squeeze through the same remainder of a budget. Window
+state is one GCRA TAT per window (`gw:rate:<scope>:<id>:<kind>`, a float of microseconds,
+expiring once the bucket is full again); spend is an integer count of 1e-10 USD
+(`gw:spend:<scope>:<id>:<YYYY-MM>`, INCRBY, 35-day TTL). Each budgeted counter has its holds, a
+sorted set of `<units>:<hold id>` scored by expiry (`...:holds`), and their total (`...:held`),
+which exists only once the counter was seeded from the usage records: a Redis emptied since has
+none, and admission rebuilds the counter before deciding (rebuild.py). Time is Redis's own clock
+(TIME) unless a clock is injected, so processes on different hosts agree. The scripts compare
+numbers (Lua doubles: exact to the unit below 2^53 units, about 900,000 USD).
 
 When Redis is unreachable, rate limits fail open (logged once) and budgets are enforced from the
-last spend read plus what this process settled meanwhile, which is added to Redis on recovery.
+last spend read plus what this process settled and holds meanwhile; the spend is added to Redis
+on recovery.
 """
 
 from __future__ import annotations
@@ -17,127 +24,38 @@ import asyncio
 import time
 from collections.abc import Awaitable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth.principal import Principal
+from gateway.errors import ServiceUnavailable
 from gateway.limits.headers import rate_limit_headers, rate_limited
-from gateway.limits.limiter import Admission, Clock, token_windows, used_tokens
+from gateway.limits.holds import HOLD_TTL_S, Hold, LocalHolds
+from gateway.limits.limiter import Admission, Clock, new_hold, reserved_tokens, token_windows, used_tokens
+from gateway.limits.rebuild import SpendRebuilds, SpendRecords
+from gateway.limits.redis_scripts import ADMIT, SEED, SETTLE
+from gateway.limits.reservation import Reservation
 from gateway.limits.spend import (
     SPEND_TTL_S,
+    Budget,
     MonthSpend,
+    Shortfall,
     budget_refusal,
+    budgets_of,
     from_units,
     month_of,
+    settled_units,
+    shortfall,
     spend_key,
-    to_units,
 )
 from gateway.limits.windows import Scope, Window, WindowCheck, cost_in, windows_for
 from gateway.metering.events import UsageEvent
 from gateway.redis.group_commit import PipelineBatcher
 
 log = structlog.get_logger("gateway.limits")
-
-_PRELUDE = """
-local W = 60000000
-local function now_us(arg)
-  local now = tonumber(arg)
-  if now then return now end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local function fmt(x) return string.format('%.17g', x) end
-local function store(key, tat, now)
-  if tat > now then
-    redis.call('SET', key, fmt(tat), 'PX', math.ceil((tat - now) / 1000) + 1000)
-  else
-    redis.call('DEL', key)
-  end
-end
-local function base_of(key, now)
-  local tat = tonumber(redis.call('GET', key) or '')
-  if tat and tat > now then return tat end
-  return now
-end
-"""
-
-# KEYS: key spend, team spend, window TATs...; ARGV: now_us|'', key budget|'', team budget|'',
-# then (limit, cost) per window. Spend and budgets are integer strings compared as such (exact
-# beyond 2^53). Reply: status ('ok'|'limited'|'quota'), now, key spend, team spend, then
-# (tat, wait) per window.
-_ADMIT = (
-    _PRELUDE
-    + """
-local function ge(a, b)
-  if #a ~= #b then return #a > #b end
-  return a >= b
-end
-local now = now_us(ARGV[1])
-local key_spent = redis.call('GET', KEYS[1]) or '0'
-local team_spent = redis.call('GET', KEYS[2]) or '0'
-local reply = {'ok', fmt(now), key_spent, team_spent}
-if (ARGV[2] ~= '' and ge(key_spent, ARGV[2])) or (ARGV[3] ~= '' and ge(team_spent, ARGV[3])) then
-  reply[1] = 'quota'
-  return reply
-end
-local tats = {}
-for i = 3, #KEYS do
-  local limit, cost = tonumber(ARGV[2 * i - 2]), tonumber(ARGV[2 * i - 1])
-  local base = base_of(KEYS[i], now)
-  local charged = base + cost * (W / limit)
-  local wait = 0
-  tats[i] = charged
-  if charged - W > now + 1 then
-    reply[1] = 'limited'
-    wait = charged - W - now
-    tats[i] = base
-  end
-  table.insert(reply, fmt(tats[i]))
-  table.insert(reply, fmt(wait))
-end
-if reply[1] == 'ok' then
-  for i = 3, #KEYS do store(KEYS[i], tats[i], now) end
-end
-return reply
-"""
-)
-
-# KEYS: key spend, team spend, token window TATs...; ARGV: now_us|'', units, ttl_s, tokens delta,
-# then the limit per token window.
-_SETTLE = (
-    _PRELUDE
-    + """
-if ARGV[2] ~= '0' then
-  for i = 1, 2 do
-    redis.call('INCRBY', KEYS[i], ARGV[2])
-    redis.call('EXPIRE', KEYS[i], ARGV[3])
-  end
-end
-local delta = tonumber(ARGV[4])
-if delta ~= 0 then
-  local now = now_us(ARGV[1])
-  for i = 3, #KEYS do
-    local tat = base_of(KEYS[i], now) + delta * (W / tonumber(ARGV[i + 2]))
-    store(KEYS[i], math.max(tat, now), now)
-  end
-end
-return 1
-"""
-)
-
-# Raise a counter to at least ARGV[1] units (integer strings; the records lag behind the counters).
-_RAISE = """
-local current = redis.call('GET', KEYS[1]) or '0'
-local wanted = ARGV[1]
-if #wanted > #current or (#wanted == #current and wanted > current) then
-  redis.call('SET', KEYS[1], wanted, 'EX', ARGV[2])
-  return 1
-end
-return 0
-"""
 
 
 async def _nothing() -> None:
@@ -148,11 +66,28 @@ def window_key(window: Window) -> str:
     return f"gw:rate:{window.scope}:{window.owner}:{window.kind}"
 
 
+def held_key(counter: str) -> str:
+    return f"{counter}:held"
+
+
+def holds_key(counter: str) -> str:
+    return f"{counter}:holds"
+
+
+def _counter_keys(counter: str) -> list[str]:
+    return [counter, held_key(counter), holds_key(counter)]
+
+
+def _units(raw: str | bytes) -> int:
+    """A counter as Redis returned it; what no script writes (a hand-edited key) counts as 0."""
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
 DEFERRED_SPEND_S = 0.5  # how long the spend of callers no budget binds is summed before it is written
-
-
-def _budget_arg(units: int | None) -> str:
-    return "" if units is None else str(units)
+SCOPES: tuple[Scope, Scope] = ("key", "team")
 
 
 class RedisLimiter:
@@ -162,17 +97,23 @@ class RedisLimiter:
         clock: Clock | None = None,
         wall_clock: Clock | None = None,
         batcher: PipelineBatcher | None = None,
+        records: SpendRecords | None = None,
+        hold_ttl_s: float = HOLD_TTL_S,
     ) -> None:
-        """`clock` None: windows run on Redis's TIME; `wall_clock` names the month (default time.time)."""
+        """`clock` None: windows run on Redis's TIME; `wall_clock` names the month (default time.time).
+        `records`: where a counter not seeded yet is rebuilt from (None: every counter is trusted)."""
         self._redis = redis
         self._clock = clock
         self._wall = wall_clock or clock or time.time
-        self._admit = redis.register_script(_ADMIT)
-        self._settle = redis.register_script(_SETTLE)
-        self._raise = redis.register_script(_RAISE)
+        self._hold_ttl_s = hold_ttl_s
+        self._admit_script = redis.register_script(ADMIT)
+        self._settle = redis.register_script(SETTLE)
+        self._seed_script = redis.register_script(SEED)
         self._batcher = batcher or PipelineBatcher(redis)  # settles of the same moment share a round trip
+        self._rebuilds = None if records is None else SpendRebuilds(records, self._seed)
         self._known: dict[str, int] = {}  # spend counters as last read from Redis
         self._pending: dict[str, int] = {}  # spend settled while Redis was unreachable
+        self._local_holds = LocalHolds()  # holds placed while Redis was unreachable
         # Spend of callers whom no budget binds, summed per pair of counters until the next write
         self._deferred: dict[tuple[str, str], int] = {}
         self._deferred_write: asyncio.TimerHandle | None = None
@@ -182,55 +123,93 @@ class RedisLimiter:
     def _now_arg(self) -> str:
         return "" if self._clock is None else repr(self._clock() * 1e6)
 
-    async def admit(self, principal: Principal, estimated_tokens: int) -> Admission:
+    async def admit(self, principal: Principal, reservation: Reservation) -> Admission:
         if principal.unlimited and not self._pending:
-            return Admission(estimated_tokens, {})  # nothing to check: spare Redis the round trip
+            return Admission(reservation)  # nothing to check: spare Redis the round trip
         now = self._wall()
-        names = (
-            spend_key("key", principal.key_id, month_of(now)),
-            spend_key("team", principal.team_id, month_of(now)),
-        )
+        month = month_of(now)
+        budgets = budgets_of(principal, month)
         windows = windows_for(principal)
-        args = [self._now_arg(), *self._budget_args(principal)]
-        for window in windows:
-            args += [str(window.limit), str(cost_in(window, estimated_tokens))]
+        hold = new_hold(budgets, reservation)
+        names = (spend_key("key", principal.key_id, month), spend_key("team", principal.team_id, month))
+        keys = [*_counter_keys(names[0]), *_counter_keys(names[1]), *map(window_key, windows)]
+        args = self._admit_args(budgets, reservation, hold, windows)
         try:
             await self._flush_pending()
-            reply = await self._admit(keys=[*names, *map(window_key, windows)], args=args)
+            reply = [item.decode() for item in await self._admit_script(keys=keys, args=args)]
+            if reply[0] == "cold" and self._rebuilds is not None:
+                cold = {SCOPES[int(s) - 1] for s in reply[6:]}
+                await self._rebuilds.rebuild([b for b in budgets if b.scope in cold], now)
+                reply = [item.decode() for item in await self._admit_script(keys=keys, args=args)]
         except RedisError as exc:
             self._degrade(exc)
-            return self._admit_locally(principal, estimated_tokens, names, now)
+            return self._admit_locally(budgets, reservation, now)
         self._recover()
-        status, now_us, key_spent, team_spent, *states = (item.decode() for item in reply)
-        self._known[names[0]], self._known[names[1]] = int(key_spent), int(team_spent)
+        return self._admitted(reply, names, budgets, windows, reservation, hold, now)
+
+    def _admit_args(
+        self, budgets: list[Budget], reservation: Reservation, hold: Hold | None, windows: list[Window]
+    ) -> list[str]:
+        units = {budget.scope: str(budget.units) for budget in budgets}
+        args = [
+            self._now_arg(),
+            "" if hold is None else hold.member,
+            repr(self._hold_ttl_s * 1e6),
+            "" if self._rebuilds is None else "1",
+            units.get("key", ""),
+            units.get("team", ""),
+            str(reservation.units),
+            str(SPEND_TTL_S),
+        ]
+        for window in windows:
+            args += [str(window.limit), str(cost_in(window, reservation.tokens))]
+        return args
+
+    def _admitted(
+        self,
+        reply: list[str],
+        names: tuple[str, str],
+        budgets: list[Budget],
+        windows: list[Window],
+        reservation: Reservation,
+        hold: Hold | None,
+        now: float,
+    ) -> Admission:
+        status, now_us, key_spent, key_held, team_spent, team_held, *rest = reply
+        if status == "cold":  # emptied again while it was being rebuilt
+            raise ServiceUnavailable(
+                "Budgets cannot be checked right now: their counters are being rebuilt. Retry shortly.",
+                headers={"retry-after": "1"},
+            )
+        spent = {"key": _units(key_spent), "team": _units(team_spent)}
+        held = {"key": _units(key_held), "team": _units(team_held)}
+        self._known[names[0]], self._known[names[1]] = spent["key"], spent["team"]
         if status == "quota":
-            refusal = budget_refusal(principal, int(key_spent), int(team_spent), now)
-            assert refusal is not None
-            raise refusal
-        checks = _checks(windows, estimated_tokens, float(now_us), states)
+            scope, why = SCOPES[int(rest[0]) - 1], cast(Shortfall, rest[1])
+            budget = next(b for b in budgets if b.scope == scope)
+            raise budget_refusal(budget, why, spent[scope], held[scope], reservation.units, now)
+        checks = _checks(windows, reservation.tokens, float(now_us), rest)
         if status == "limited":
             raise rate_limited(checks)
-        return Admission(estimated_tokens, rate_limit_headers(checks))
+        return Admission(reservation, rate_limit_headers(checks), hold)
 
-    @staticmethod
-    def _budget_args(principal: Principal) -> list[str]:
-        key_budget, team_budget = principal.key_budget_usd, principal.team_budget_usd
-        return [
-            _budget_arg(None if key_budget is None else to_units(key_budget)),
-            _budget_arg(None if team_budget is None else to_units(team_budget)),
-        ]
-
-    def _admit_locally(
-        self, principal: Principal, estimated_tokens: int, names: tuple[str, str], now: float
-    ) -> Admission:
+    def _admit_locally(self, budgets: list[Budget], reservation: Reservation, now: float) -> Admission:
         """Redis is down: no rate limits (fail open), budgets from what this process knows."""
-        spent = [self._known.get(name, 0) + self._pending.get(name, 0) for name in names]
-        refusal = budget_refusal(principal, spent[0], spent[1], now)
-        if refusal is not None:
-            raise refusal
-        return Admission(estimated_tokens, {})
+        for budget in budgets:
+            spent = self._known.get(budget.counter, 0) + self._pending.get(budget.counter, 0)
+            held = self._local_holds.held(budget.counter, now)
+            why = shortfall(budget.units, spent, held, reservation.units)
+            if why is not None:
+                raise budget_refusal(budget, why, spent, held, reservation.units, now)
+        hold = new_hold(budgets, reservation, local=True)
+        if hold is not None:
+            self._local_holds.place(hold, now + self._hold_ttl_s)
+        return Admission(reservation, {}, hold)
 
-    def settle(self, principal: Principal, event: UsageEvent, estimated_tokens: int) -> Awaitable[None]:
+    async def _seed(self, counter: str, units: int) -> None:
+        await self._seed_script(keys=_counter_keys(counter), args=[str(units), str(SPEND_TTL_S)])
+
+    def settle(self, principal: Principal, event: UsageEvent, admission: Admission | None) -> Awaitable[None]:
         """Queued before this returns, so that it shares the round trip of the usage append its
         caller makes next; the awaitable is its outcome.
 
@@ -241,10 +220,20 @@ class RedisLimiter:
         records."""
         month = month_of(event.created_at)
         names = (spend_key("key", event.key_id, month), spend_key("team", event.team_id, month))
-        if principal.unlimited:
-            self._defer(names, to_units(event.cost))
+        units = settled_units(event.cost)
+        hold = self._redis_hold(admission)
+        if principal.unlimited and hold is None:
+            self._defer(names, units)
             return _nothing()
-        return self._apply(principal, names, to_units(event.cost), used_tokens(event) - estimated_tokens)
+        return self._apply(principal, names, units, used_tokens(event) - reserved_tokens(admission), hold)
+
+    def _redis_hold(self, admission: Admission | None) -> Hold | None:
+        """The admission's hold if it is in Redis; one held in this process ends here."""
+        hold = None if admission is None else admission.hold
+        if hold is not None and hold.local:
+            self._local_holds.release(hold)
+            return None
+        return hold
 
     def _defer(self, names: tuple[str, str], units: int) -> None:
         if not units:
@@ -279,40 +268,55 @@ class RedisLimiter:
         if self._writing:
             await asyncio.gather(*self._writing, return_exceptions=True)
 
-    async def release(self, principal: Principal, estimated_tokens: int) -> None:
+    async def release(self, principal: Principal, admission: Admission) -> None:
         month = month_of(self._wall())
         names = (spend_key("key", principal.key_id, month), spend_key("team", principal.team_id, month))
-        await self._apply(principal, names, 0, -estimated_tokens)
+        await self._apply(principal, names, 0, -admission.reservation.tokens, self._redis_hold(admission))
 
-    def _apply(self, principal: Principal, names: tuple[str, str], units: int, delta: int) -> Awaitable[None]:
+    def _apply(
+        self, principal: Principal, names: tuple[str, str], units: int, delta: int, hold: Hold | None
+    ) -> Awaitable[None]:
         windows = token_windows(principal) if delta else []
-        if not units and not windows:
+        if not units and not windows and hold is None:
             return _nothing()
-        keys, limits = [*names, *map(window_key, windows)], [w.limit for w in windows]
-        return self._settle_counters(names, keys, limits, units, delta)
+        held = [] if hold is None else [k for c in hold.counters for k in (held_key(c), holds_key(c))]
+        keys, limits = [*names, *held, *map(window_key, windows)], [w.limit for w in windows]
+        return self._settle_counters(names, keys, limits, units, delta, hold)
 
     def _settle_counters(
-        self, names: tuple[str, str], keys: list[str], limits: list[int], units: int, delta: int
+        self,
+        names: tuple[str, str],
+        keys: list[str],
+        limits: list[int],
+        units: int,
+        delta: int,
+        hold: Hold | None = None,
     ) -> Awaitable[None]:
         if self._pending:  # what was settled during an outage goes to Redis first
-            return self._apply_after_outage(names, keys, limits, units, delta)
-        return self._applied(names, units, self._queue_settle(keys, limits, units, delta))
+            return self._apply_after_outage(names, keys, limits, units, delta, hold)
+        return self._applied(names, units, self._queue_settle(keys, limits, units, delta, hold))
 
     async def _apply_after_outage(
-        self, names: tuple[str, str], keys: list[str], limits: list[int], units: int, delta: int
+        self,
+        names: tuple[str, str],
+        keys: list[str],
+        limits: list[int],
+        units: int,
+        delta: int,
+        hold: Hold | None,
     ) -> None:
         try:
             await self._flush_pending()
         except RedisError as exc:
             self._failed(exc, names, units)
             return
-        await self._applied(names, units, self._queue_settle(keys, limits, units, delta))
+        await self._applied(names, units, self._queue_settle(keys, limits, units, delta, hold))
 
     async def _applied(self, names: tuple[str, str], units: int, reply: Awaitable[Any]) -> None:
         try:
             await reply
         except RedisError as exc:
-            self._failed(exc, names, units)
+            self._failed(exc, names, units)  # a hold it should have ended expires on its own
             return
         self._recover()
         for name in names if units else ():
@@ -323,19 +327,23 @@ class RedisLimiter:
         for name in names if units else ():
             self._pending[name] = self._pending.get(name, 0) + units
 
-    def _queue_settle(self, keys: list[str], limits: list[int], units: int, delta: int) -> Awaitable[Any]:
+    def _queue_settle(
+        self, keys: list[str], limits: list[int], units: int, delta: int, hold: Hold | None
+    ) -> Awaitable[Any]:
         """The settles of the same counters queued before the next round trip go out as one script
-        call with their spend and token corrections summed (`gateway.redis.group_commit`): under load,
-        one command per key and round trip instead of one per request."""
+        call with their spend and token corrections summed and their holds listed
+        (`gateway.redis.group_commit`): under load, one command per key and round trip instead of
+        one per request."""
+        held_n = 0 if hold is None else len(hold.counters)
 
-        def keys_and_args(items: list[tuple[int, int]]) -> tuple[list[str], list[str]]:
-            total_units, total_delta = sum(u for u, _ in items), sum(d for _, d in items)
-            return keys, self._settle_args(total_units, total_delta, limits)
+        def keys_and_args(items: list[tuple[int, int, str | None]]) -> tuple[list[str], list[str]]:
+            total_units, total_delta = sum(u for u, _, _ in items), sum(d for _, d, _ in items)
+            members = [m for _, _, m in items if m is not None]
+            args = [self._now_arg(), str(total_units), str(SPEND_TTL_S), str(total_delta)]
+            return keys, [*args, str(held_n), str(len(members)), *members, *map(str, limits)]
 
-        return self._batcher.merge_script(self._settle, (*keys, *limits), (units, delta), keys_and_args)
-
-    def _settle_args(self, units: int, delta: int, limits: list[int]) -> list[str]:
-        return [self._now_arg(), str(units), str(SPEND_TTL_S), str(delta), *map(str, limits)]
+        item = (units, delta, None if hold is None else hold.member)
+        return self._batcher.merge_script(self._settle, (*keys, *limits), item, keys_and_args)
 
     async def _flush_pending(self) -> None:
         """Add the spend settled during an outage to Redis, once it answers again."""
@@ -358,14 +366,14 @@ class RedisLimiter:
         await self._write_deferred_now()  # the counters to compare with the records are whole
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, units in spend.counters().items():
-                await self._raise(keys=[name], args=[str(units), SPEND_TTL_S], client=pipe)
+                await self._seed_script(keys=_counter_keys(name), args=[str(units), SPEND_TTL_S], client=pipe)
             await pipe.execute()
 
     async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
         name = spend_key(scope, owner, month)
         stored = await self._redis.get(name)
         deferred = sum(units for names, units in self._deferred.items() if name in names)
-        return from_units(int(stored or 0) + self._pending.get(name, 0) + deferred)
+        return from_units(_units(stored or b"0") + self._pending.get(name, 0) + deferred)
 
     def _degrade(self, exc: RedisError) -> None:
         if not self.degraded:

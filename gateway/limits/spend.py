@@ -2,7 +2,8 @@
 
 Units match `usage_records.cost` (NUMERIC(20, 10)), so a counter is exactly the sum of the
 records' costs; integer arithmetic (Redis INCRBY) keeps it so, where floats (INCRBYFLOAT) would
-drift. Months are calendar months in UTC, named like `2026-11`.
+drift. Months are calendar months in UTC, named like `2026-11`. A request is admitted only if
+its reservation fits what is left of each budget once the reservations in flight are counted.
 """
 
 from __future__ import annotations
@@ -10,20 +11,38 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from typing import Literal
 
 from gateway.auth.principal import Principal
-from gateway.errors import QuotaExceeded
-from gateway.limits.headers import quota_exceeded
+from gateway.errors import RateLimited
+from gateway.limits.headers import budget_held, quota_exceeded, request_over_budget
 from gateway.limits.windows import Scope
 
 MONEY_SCALE = 10
 SPEND_TTL_S = 35 * 86_400  # a counter outlives its month by a few days, then goes
+# No one request costs more: a settle beyond it comes from an absurd count and is cut to it, so
+# that the 64-bit counters never overflow.
+MAX_REQUEST_UNITS = 10**16  # 1,000,000 USD
+# Budgets above this compare as this, which keeps every counter inside Redis's 64-bit integers.
+MAX_BUDGET_UNITS = 2**62
+
+Shortfall = Literal["spent", "over_budget", "held"]
 
 
 def to_units(amount: Decimal) -> int:
     """USD -> whole 1e-10 USD, rounded half up as PostgreSQL rounds into NUMERIC(20, 10)."""
     return int(amount.scaleb(MONEY_SCALE).to_integral_value(ROUND_HALF_UP))
+
+
+def units_at_most(amount: Decimal) -> int:
+    """USD -> whole 1e-10 USD rounded up (a reservation never holds less than the price)."""
+    return int(amount.scaleb(MONEY_SCALE).to_integral_value(ROUND_CEILING))
+
+
+def settled_units(cost: Decimal) -> int:
+    """What a metered cost adds to the counters: never less than nothing, never absurdly much."""
+    return min(max(to_units(cost), 0), MAX_REQUEST_UNITS)
 
 
 def from_units(units: int) -> Decimal:
@@ -70,13 +89,60 @@ class MonthSpend:
         return named | {spend_key("key", key, self.month): units for key, units in self.keys.items()}
 
 
-def budget_refusal(principal: Principal, key_units: int, team_units: int, now: float) -> QuotaExceeded | None:
-    """QuotaExceeded once the key's or the team's spend this month reached its budget, else None."""
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One monthly budget that binds a request: its key's or its team's."""
+
+    scope: Scope
+    owner: str
+    month: str
+    usd: Decimal
+
+    @property
+    def counter(self) -> str:
+        return spend_key(self.scope, self.owner, self.month)
+
+    @property
+    def units(self) -> int:
+        return min(to_units(self.usd), MAX_BUDGET_UNITS)
+
+
+def budgets_of(principal: Principal, month: str) -> list[Budget]:
+    """The budgets that bind a principal this month, the key's before the team's."""
+    budgets = []
+    if principal.key_budget_usd is not None:
+        budgets.append(Budget("key", principal.key_id, month, principal.key_budget_usd))
+    if principal.team_budget_usd is not None:
+        budgets.append(Budget("team", principal.team_id, month, principal.team_budget_usd))
+    return budgets
+
+
+def shortfall(budget_units: int, spent: int, held: int, cost: int) -> Shortfall | None:
+    """Why a request reserving `cost` does not fit a budget, or None when it does.
+
+    `spent` is settled, `held` reserved by requests in flight. A budget reached (spent >= budget)
+    refuses even a request reserving nothing; otherwise the reservation must fit what is left."""
+    spent, held = max(spent, 0), max(held, 0)  # counters written before settles were clamped
+    if spent >= budget_units:
+        return "spent"
+    if spent + cost > budget_units:
+        return "over_budget"
+    if spent + held + cost > budget_units:
+        return "held"
+    return None
+
+
+def budget_refusal(
+    budget: Budget, why: Shortfall, spent: int, held: int, cost: int, now: float
+) -> RateLimited:
+    """The 429 for a request refused by `budget` (QuotaExceeded unless in-flight holds are why)."""
     _, month_end = month_bounds(now)
     seconds_left = month_end.timestamp() - now
-    month = month_of(now)
-    if principal.key_budget_usd is not None and key_units >= to_units(principal.key_budget_usd):
-        return quota_exceeded("key", principal.key_id, principal.key_budget_usd, month, seconds_left)
-    if principal.team_budget_usd is not None and team_units >= to_units(principal.team_budget_usd):
-        return quota_exceeded("team", principal.team_id, principal.team_budget_usd, month, seconds_left)
-    return None
+    if why == "held":
+        return budget_held(budget.scope, budget.owner, budget.usd, from_units(max(held, 0)))
+    if why == "over_budget":
+        left = from_units(budget.units - max(spent, 0))
+        return request_over_budget(
+            budget.scope, budget.owner, budget.usd, from_units(cost), left, budget.month, seconds_left
+        )
+    return quota_exceeded(budget.scope, budget.owner, budget.usd, budget.month, seconds_left)

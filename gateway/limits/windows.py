@@ -17,6 +17,7 @@ from gateway.auth.principal import Principal
 
 WINDOW_US = 60_000_000.0  # one minute, in microseconds (Redis TIME's resolution)
 SLACK_US = 1.0  # floating-point tolerance: a request may not be refused by rounding alone
+MAX_TAT_AHEAD_US = 2 * WINDOW_US  # how far a settle may push a window's arrival time past now
 
 Scope = Literal["key", "team"]
 Kind = Literal["requests", "tokens"]
@@ -92,22 +93,9 @@ def weigh(window: Window, tat_us: float | None, now_us: float, cost: int) -> Win
 
 
 def corrected_tat(window: Window, tat_us: float | None, now_us: float, tokens_delta: int) -> float:
-    """A token window after the request: debit what it used beyond its estimate, refund the rest."""
+    """A token window after the request: debit what it used beyond its estimate, refund the rest.
+
+    The debt is capped at one minute beyond a full window (`MAX_TAT_AHEAD_US`): a count no request
+    could use refuses the window's next requests for two minutes at most, not for good."""
     base = now_us if tat_us is None else max(tat_us, now_us)
-    return max(base + tokens_delta * window.interval_us, now_us)
-
-
-def estimate_tokens(parsed_body_length: int, max_tokens: int | None) -> int:
-    """Tokens to reserve at admission: ~4 bytes a prompt token plus the output the client allows."""
-    return (max(parsed_body_length, 0) + 3) // 4 + max(max_tokens or 0, 0)
-
-
-def requested_max_tokens(body: dict[str, object]) -> int | None:
-    """The output a request may produce: `max_completion_tokens` or `max_tokens`, times `n`."""
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if not isinstance(limit, int) or isinstance(limit, bool):
-        return None
-    choices = body.get("n")
-    if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1:
-        return limit * choices
-    return limit
+    return min(max(base + tokens_delta * window.interval_us, now_us), now_us + MAX_TAT_AHEAD_US)

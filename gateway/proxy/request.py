@@ -33,6 +33,10 @@ class ParsedRequest:
     gateway_object: Any
     chat: ChatCompletionRequest | None
     prompt_cache_key: str | None
+    # The output a choice may produce: max_completion_tokens, else max_tokens (None: neither set;
+    # 0 for embeddings), and the choices asked for (n)
+    max_output_tokens: int | None = None
+    choices: int = 1
 
 
 _RETENTIONS = {"in-memory": "in_memory", "in_memory": "in_memory", "24h": "24h"}
@@ -46,6 +50,27 @@ def _retention(value: str) -> str:
         raise InvalidRequest(
             "prompt_cache_retention must be 'in_memory' or '24h'", param="prompt_cache_retention"
         ) from None
+
+
+MAX_OUTPUT_TOKENS = 2**31 - 1  # OpenAI's own bound on max_tokens
+MAX_CHOICES = 128  # and on n
+
+
+def _bounded(value: int | None, param: str, low: int, high: int) -> int | None:
+    if value is not None and not low <= value <= high:
+        raise InvalidRequest(f"{param} must be an integer from {low} to {high}, not {value}", param=param)
+    return value
+
+
+def _output_limits(typed: msgspec.Struct) -> tuple[int | None, int]:
+    """(max output tokens a choice, choices): a field sent as null is unset, like one left out."""
+    if isinstance(typed, EmbeddingRequest):
+        return 0, 1
+    max_tokens = _bounded(getattr(typed, "max_tokens", None), "max_tokens", 0, MAX_OUTPUT_TOKENS)
+    max_completion = getattr(typed, "max_completion_tokens", None)
+    max_completion = _bounded(max_completion, "max_completion_tokens", 0, MAX_OUTPUT_TOKENS)
+    choices = _bounded(getattr(typed, "n", None), "n", 1, MAX_CHOICES)
+    return (max_tokens if max_completion is None else max_completion), choices or 1
 
 
 def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRequest:
@@ -84,6 +109,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
     model = typed.model  # type: ignore[attr-defined]
     if not model:
         raise InvalidRequest("model must not be empty", param="model")
+    max_output_tokens, choices = _output_limits(typed)
     return ParsedRequest(
         endpoint=endpoint,
         body=body,
@@ -93,4 +119,6 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         gateway_object=gateway_object,
         chat=chat,
         prompt_cache_key=chat.prompt_cache_key if chat is not None else None,
+        max_output_tokens=max_output_tokens,
+        choices=choices,
     )

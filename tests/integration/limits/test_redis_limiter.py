@@ -9,8 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.errors import GatewayError, QuotaExceeded, RateLimited
-from gateway.limits import Admission, RedisLimiter
-from tests.unit.limits.conftest import Clock, principal, usage_event
+from gateway.limits import Admission, RedisLimiter, Reservation
+from tests.unit.limits.conftest import Clock, principal, tokens, usage_event, usd
 
 pytestmark = pytest.mark.integration
 
@@ -18,9 +18,15 @@ pytestmark = pytest.mark.integration
 BOUND = principal(key_rpm=10**6)
 
 
-async def outcome(limiter: RedisLimiter, tokens: int, **limits: object) -> Admission | GatewayError:
+async def outcome(limiter: RedisLimiter, count: int, **limits: object) -> Admission | GatewayError:
+    return await reserved(limiter, tokens(count), **limits)
+
+
+async def reserved(
+    limiter: RedisLimiter, reservation: Reservation, **limits: object
+) -> Admission | GatewayError:
     try:
-        return await limiter.admit(principal(**limits), tokens)
+        return await limiter.admit(principal(**limits), reservation)
     except GatewayError as exc:
         return exc
 
@@ -66,7 +72,7 @@ async def test_concurrent_settles_sum_exactly_and_the_budget_holds(redis_pair: t
     costs = [Decimal("0.0000013") * i + Decimal("0.0000000007") for i in range(400)]
 
     await asyncio.gather(
-        *(limiters[i % 2].settle(BOUND, usage_event(clock, cost=str(c)), 0) for i, c in enumerate(costs))
+        *(limiters[i % 2].settle(BOUND, usage_event(clock, cost=str(c)), None) for i, c in enumerate(costs))
     )
 
     total = sum(costs, Decimal(0))
@@ -79,9 +85,58 @@ async def test_settles_still_count_after_redis_forgets_its_scripts(redis_pair: t
     """Settles run EVALSHA in a shared pipeline; a Redis restart empties its script cache."""
     clock = Clock()
     limiter = RedisLimiter(redis_pair[0], clock)
-    await limiter.settle(BOUND, usage_event(clock, cost="0.25"), 0)
+    await limiter.settle(BOUND, usage_event(clock, cost="0.25"), None)
     await redis_pair[0].script_flush()
 
-    await asyncio.gather(*(limiter.settle(BOUND, usage_event(clock, cost="0.25"), 0) for _ in range(3)))
+    await asyncio.gather(*(limiter.settle(BOUND, usage_event(clock, cost="0.25"), None) for _ in range(3)))
 
     assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("1.00")
+
+
+async def test_200_concurrent_admissions_against_a_budget_for_10_admit_10(
+    redis_pair: tuple[Redis, Redis],
+) -> None:
+    clock = Clock()
+    limiters = [RedisLimiter(redis, clock) for redis in redis_pair]
+    budget = {"team_budget_usd": Decimal("0.10")}
+
+    outcomes = await asyncio.gather(*(reserved(limiters[i % 2], usd("0.01"), **budget) for i in range(200)))
+
+    admitted = [o for o in outcomes if isinstance(o, Admission)]
+    assert len(admitted) == 10
+    assert all(isinstance(o, RateLimited) for o in outcomes if not isinstance(o, Admission))
+    # Settled at 0.004 each, six more fit in what is left, and the spend never passes the budget
+    await asyncio.gather(
+        *(
+            limiters[i % 2].settle(principal(**budget), usage_event(clock, cost="0.004"), a)
+            for i, a in enumerate(admitted)
+        )
+    )
+    again = await asyncio.gather(*(reserved(limiters[i % 2], usd("0.01"), **budget) for i in range(200)))
+    assert sum(isinstance(o, Admission) for o in again) == 6
+    assert await limiters[0].spent_usd("team", "team_a", "2026-11") == Decimal("0.04")
+
+
+async def test_200_concurrent_admissions_against_a_token_limit_admit_what_it_holds(
+    redis_pair: tuple[Redis, Redis],
+) -> None:
+    clock = Clock()
+    limiters = [RedisLimiter(redis, clock) for redis in redis_pair]
+
+    outcomes = await asyncio.gather(*(outcome(limiters[i % 2], 100, team_tpm=1000) for i in range(200)))
+
+    assert sum(isinstance(o, Admission) for o in outcomes) == 10
+
+
+async def test_a_negative_settle_on_real_redis_raises_nothing_and_counts_nothing(
+    redis_pair: tuple[Redis, Redis],
+) -> None:
+    clock = Clock()
+    limiter = RedisLimiter(redis_pair[0], clock)
+    who = principal(team_budget_usd=Decimal("0.001"), team_tpm=1000)
+    admission = await limiter.admit(who, usd("0.0001", 10))
+
+    await limiter.settle(who, usage_event(clock, prompt=-100, completion=-5, cost="-3"), admission)
+
+    assert await redis_pair[0].get("gw:spend:team:team_a:2026-11") is None
+    assert isinstance(await reserved(limiter, usd("0.001", 10), team_budget_usd=Decimal("0.001")), Admission)

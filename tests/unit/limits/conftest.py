@@ -1,9 +1,10 @@
-"""Fixtures for limiter unit tests: a settable clock, principals, and both limiters on it."""
+"""Fixtures for limiter unit tests: a settable clock, principals, usage records, and both limiters."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +13,10 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 
 from gateway.auth.principal import Principal
-from gateway.limits import Limiter, MemoryLimiter, RedisLimiter
+from gateway.errors import ServiceUnavailable
+from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, Reservation
+from gateway.limits.rebuild import SpendRecords
+from gateway.limits.windows import Scope
 from gateway.metering.events import UsageEvent, UsageSource
 from tests.unit.metering.conftest import make_event, sqlite_sessions, sqlite_url  # noqa: F401  (shared fixtures)
 
@@ -69,14 +73,54 @@ def fake_server() -> fakeredis.FakeServer:
 
 @pytest.fixture
 async def fake_redis(fake_server: fakeredis.FakeServer) -> AsyncIterator[FakeRedis]:
-    client = FakeRedis(server=fake_server)
+    # Room for 200 admissions at once: past its pool's 100 redis-py raises MaxConnectionsError
+    client = FakeRedis(server=fake_server, max_connections=1000)
     yield client
     await client.aclose()
 
 
+def tokens(count: int) -> Reservation:
+    return Reservation(tokens=count)
+
+
+def usd(amount: str, count: int = 0) -> Reservation:
+    """A reservation of `amount` USD (and `count` tokens)."""
+    return Reservation(tokens=count, units=int(Decimal(amount).scaleb(10)))
+
+
+@dataclass
+class Records:
+    """Usage records as SpendRecords reads them: units per (scope, owner); counts its queries."""
+
+    units: dict[tuple[str, str], int] = field(default_factory=dict)
+    queries: int = 0
+    down: bool = False
+    delay_s: float = 0.0
+
+    async def month_units(self, scope: Scope, owner: str, now: float) -> int:
+        self.queries += 1
+        await asyncio.sleep(self.delay_s)
+        if self.down:
+            raise ServiceUnavailable("the database is down")
+        return self.units.get((scope, owner), 0)
+
+
+LimiterFactory = Callable[..., Limiter]
+
+
 @pytest.fixture(params=["memory", "redis"])
-def limiter(request: pytest.FixtureRequest, clock: Clock, fake_redis: FakeRedis) -> Limiter:
+def make_limiter(request: pytest.FixtureRequest, clock: Clock, fake_redis: FakeRedis) -> LimiterFactory:
+    """Builds the limiter under test (keyword arguments: `records`, `hold_ttl_s`)."""
+
+    def make(records: SpendRecords | None = None, **options: Any) -> Limiter:
+        if request.param == "memory":
+            return MemoryLimiter(clock, records=records, **options)
+        return RedisLimiter(fake_redis, clock, records=records, **options)
+
+    return make
+
+
+@pytest.fixture
+def limiter(make_limiter: LimiterFactory) -> Limiter:
     """Each behaviour test runs against both implementations: their semantics must agree."""
-    if request.param == "memory":
-        return MemoryLimiter(clock)
-    return RedisLimiter(fake_redis, clock)
+    return make_limiter()

@@ -1,14 +1,17 @@
-"""Month spend recovered from usage_records in SQLite (the embedded default)."""
+"""Month spend recovered from usage_records in SQLite (the embedded default): all, or one owner's."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import pytest
 from fakeredis.aioredis import FakeRedis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, load_month_spend, reconcile
+from gateway.db.session import create_engine, session_factory
+from gateway.errors import ServiceUnavailable
+from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, load_month_spend, reconcile
 from gateway.limits.spend import to_units
 from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
@@ -80,3 +83,28 @@ async def test_reconcile_seeds_both_limiters(sqlite_sessions: Sessions, make_eve
         assert await limiter.spent_usd("team", "team_b", "2026-11") == Decimal("12.5")
         assert await limiter.spent_usd("key", "key_a0", "2026-10") == 0  # other months not loaded
     await redis.aclose()
+
+
+async def test_recorded_spend_sums_one_owners_month(
+    sqlite_sessions: Sessions, make_event: EventFactory
+) -> None:
+    await write(sqlite_sessions, month_of_costs(make_event))
+    records = RecordedSpend(sqlite_sessions)
+
+    assert await records.month_units("team", "team_b", NOV_3) == to_units(Decimal("12.5"))
+    assert await records.month_units("key", "key_a0", NOV_3) == to_units(
+        sum((Decimal("0.0000001234") * i for i in range(2, 101, 2)), Decimal(0))
+    )
+    assert await records.month_units("team", "team_nobody", NOV_3) == 0
+
+
+async def test_recorded_spend_without_a_database_is_503() -> None:
+    engine = create_engine("postgresql://postgres@127.0.0.1:1/nothing")  # nothing listens on port 1
+    try:
+        with pytest.raises(ServiceUnavailable) as raised:
+            await RecordedSpend(session_factory(engine)).month_units("team", "team_a", NOV_3)
+    finally:
+        await engine.dispose()
+
+    assert raised.value.status == 503
+    assert "team team_a" in raised.value.message

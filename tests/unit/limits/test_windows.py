@@ -1,4 +1,4 @@
-"""The pure parts of rate windows: which windows bind, GCRA arithmetic, token estimates."""
+"""The pure parts of rate windows: which windows bind, GCRA arithmetic, corrections."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from gateway.limits.windows import (
     WINDOW_US,
     Window,
     corrected_tat,
-    estimate_tokens,
-    requested_max_tokens,
     weigh,
     windows_for,
 )
@@ -52,25 +50,7 @@ def test_correction_never_refunds_below_an_empty_window() -> None:
     assert corrected_tat(window, None, 1_000.0, 5) == 501_000.0
 
 
-@pytest.mark.parametrize(
-    ("length", "max_tokens", "expected"), [(0, None, 0), (1, None, 1), (400, 50, 150), (8, -1, 2)]
-)
-def test_estimate_is_a_quarter_of_the_body_plus_the_output_allowed(
-    length: int, max_tokens: int | None, expected: int
-) -> None:
-    assert estimate_tokens(length, max_tokens) == expected
+def test_a_correction_never_pushes_a_window_more_than_two_minutes_ahead() -> None:
+    window = Window("key", "k", "tokens", 1000)
 
-
-@pytest.mark.parametrize(
-    ("body", "expected"),
-    [
-        ({}, None),
-        ({"max_tokens": 100}, 100),
-        ({"max_completion_tokens": 30, "max_tokens": 100}, 30),
-        ({"max_tokens": 100, "n": 3}, 300),
-        ({"max_tokens": "100"}, None),
-        ({"max_tokens": True}, None),
-    ],
-)
-def test_requested_max_tokens(body: dict[str, object], expected: int | None) -> None:
-    assert requested_max_tokens(body) == expected
+    assert corrected_tat(window, None, 0.0, 3_000_000_000) == 2 * WINDOW_US

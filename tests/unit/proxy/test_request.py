@@ -149,3 +149,54 @@ def test_prompt_cache_retention_is_normalised_or_refused() -> None:
     with pytest.raises(InvalidRequest) as refused:
         parse_request(body.replace(b"in-memory", b"forever"), Endpoint.CHAT, 10)
     assert refused.value.param == "prompt_cache_retention"
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, (None, 1)),
+        ({"max_tokens": 50}, (50, 1)),
+        ({"max_completion_tokens": 30, "max_tokens": 50}, (30, 1)),
+        ({"max_completion_tokens": None, "max_tokens": 1}, (1, 1)),  # null is unset
+        ({"max_tokens": None, "n": None}, (None, 1)),
+        ({"max_tokens": 8, "n": 4}, (8, 4)),
+    ],
+)
+def test_the_output_a_request_allows(fields: dict[str, Any], expected: tuple[int | None, int]) -> None:
+    parsed = parse(chat(**fields))
+
+    assert (parsed.max_output_tokens, parsed.choices) == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_tokens": -1}, "max_tokens"),
+        ({"max_completion_tokens": -5, "max_tokens": 10}, "max_completion_tokens"),
+        ({"max_tokens": 10, "max_completion_tokens": 2**31}, "max_completion_tokens"),
+        ({"max_tokens": 10**30}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": "100"}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"n": 129}, "n"),
+    ],
+)
+def test_output_limits_out_of_range_are_400(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        parse(chat(**fields))
+
+    error = raised.value
+    assert (error.status, error.type, error.param) == (400, "invalid_request_error", param)
+
+
+def test_an_embedding_allows_no_output() -> None:
+    parsed = parse({"model": "e", "input": "text"}, Endpoint.EMBEDDINGS)
+
+    assert (parsed.max_output_tokens, parsed.choices) == (0, 1)
+
+
+def test_a_completion_reads_max_tokens_and_n() -> None:
+    parsed = parse({"model": "c", "prompt": "once", "max_tokens": 7, "n": 2}, Endpoint.COMPLETIONS)
+
+    assert (parsed.max_output_tokens, parsed.choices) == (7, 2)
