@@ -70,7 +70,7 @@ def _start_writer_process(settings: Settings) -> WriterProcess | None:
 def _run_uvicorn(settings: Settings, args: argparse.Namespace, workers: int) -> None:
     from gateway.server import serving
 
-    serving.run(args.host or settings.host, args.port or settings.port, workers)
+    serving.run(settings, args.host or settings.host, args.port or settings.port, workers)
 
 
 def cmd_metering_writer(args: argparse.Namespace) -> int:

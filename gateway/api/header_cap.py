@@ -1,4 +1,8 @@
-"""A cap on request header size, for servers (httptools) that set none: 431 as an OpenAI error."""
+"""A cap on the request headers that reach the app: 431 as an OpenAI error.
+
+uvicorn's httptools protocol has read the head whole by then; the bound while it is read is the
+reverse proxy's (docs/operations.md). The answer closes the connection, as no body is read.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def header_cap(app: ASGIApp) -> ASGIApp:
                     {
                         "type": "http.response.start",
                         "status": 431,
-                        "headers": [(b"content-type", b"application/json")],
+                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
                     }
                 )
                 await send({"type": "http.response.body", "body": _BODY, "more_body": False})

@@ -31,9 +31,8 @@ METER_GRACE_S = 5.0  # how long a cancelled stream may take to close upstream an
 async def _proxy(request: Request, endpoint: Endpoint) -> Response[bytes] | Stream:
     exchange = ProxyExchange()
     try:
-        result = await services_of(request).pipeline.run(
-            exchange, request.headers, await request.body(), endpoint
-        )
+        # `request.body` is awaited by the pipeline once the key is checked, not before
+        result = await services_of(request).pipeline.run(exchange, request.headers, request.body, endpoint)
     finally:  # the error handlers read these
         request.state.request_id, request.state.principal = exchange.request_id, exchange.principal
     if result.stream is not None:

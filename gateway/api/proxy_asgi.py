@@ -3,11 +3,12 @@
 POST /v1/chat/completions, /v1/completions and /v1/embeddings are the gateway's hot path.
 Litestar's per-request machinery (request and response objects, the handler signature model,
 header containers, the exception middleware) is a measurable share of the gateway's CPU per
-request (docs/performance.md). This front reads the body itself, runs the same `ProxyPipeline` as
-the Litestar handlers, and sends the ASGI messages; a stream is relayed frame by frame and stopped
-as soon as the client leaves (`gateway.api.sse_relay`). Every other request goes to Litestar,
-which keeps documenting these endpoints in the OpenAPI schema and serving them to in-process
-clients.
+request (docs/performance.md). This front runs the same `ProxyPipeline` as the Litestar handlers,
+reads the body itself once the key is checked, under the process's budget of bodies being read
+(`gateway.api.request_body`), and sends the ASGI messages; a stream is relayed frame by frame and
+stopped as soon as the client leaves (`gateway.api.sse_relay`). Every other request goes to
+Litestar, which keeps documenting these endpoints in the OpenAPI schema and serving them to
+in-process clients.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from litestar import Litestar
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
 from gateway.api.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
 from gateway.providers.base import Endpoint
@@ -30,20 +32,14 @@ ENDPOINTS = {
     "/v1/embeddings": Endpoint.EMBEDDINGS,
 }
 JSON = (b"content-type", b"application/json")
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class ClientGone(Exception):
-    pass
+CLOSE = {"connection": "close"}
 
 
 class ProxyFront:
-    def __init__(self, app: Litestar, max_body_bytes: int) -> None:
+    def __init__(self, app: Litestar, max_body_bytes: int, max_buffered_body_bytes: int) -> None:
         self.app = app
         self._max_body = max_body_bytes
+        self.body_budget = BodyBudget(max_buffered_body_bytes)  # shared by every request of the process
         # The app's services while its lifespan has them open, rather than read from the app's
         # state on every request.
         self._services: Services | None = None
@@ -82,42 +78,24 @@ class ProxyFront:
             name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
         }
         exchange = ProxyExchange()
+        body: RequestBody | None = None
         try:
-            raw = await self._body(receive, headers)
-            result = await self.services().pipeline.run(exchange, headers, raw, endpoint)
+            body = RequestBody.of(receive, headers, self._max_body, self.body_budget)
+            result = await self.services().pipeline.run(exchange, headers, body.read, endpoint)
         except GatewayError as exc:
-            return await _reply(
-                send, gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
-            )
+            reply = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
+            return await _reply(send, reply, body)
         except BodyTooLarge:
-            return await _reply(send, http_error_reply(413, None, exchange.request_id))
+            return await _reply(send, http_error_reply(413, None, exchange.request_id), body)
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
-            return await _reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]))
+            return await _reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]), body)
         if result.stream is not None:
             await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream)
         else:
             await _send(send, 200, result.headers, result.body)
         return None
-
-    async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
-            raise BodyTooLarge
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message: Any = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max_body:
-                raise BodyTooLarge
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -126,8 +104,13 @@ def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list
     return encoded
 
 
-async def _reply(send: Send, reply: ErrorReply) -> None:
-    await _send(send, reply.status, reply.headers, reply.body)
+async def _reply(send: Send, reply: ErrorReply, body: RequestBody | None) -> None:
+    """An error answer. One given before the body was read in full says it closes the connection
+    (RFC 9110, 10.1.1): the rest of the body is never read, and a client that asked for
+    `100 Continue` learns not to send it. `body` is None when the headers announced more than
+    the cap."""
+    headers = reply.headers | CLOSE if body is None or body.unread else reply.headers
+    await _send(send, reply.status, headers, reply.body)
 
 
 async def _send(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:

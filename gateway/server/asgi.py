@@ -18,7 +18,8 @@ from gateway.settings import Settings, load_settings
 def serving_app(settings: Settings, *, tune_gc: bool = False) -> ASGIApp:
     """What `gateway serve` runs: the header cap, the proxy front, then the Litestar app."""
     app = create_app(settings, on_started=tune_for_serving if tune_gc else None)
-    return header_cap(ProxyFront(app, settings.catalog.limits.max_body_bytes))
+    limits = settings.catalog.limits
+    return header_cap(ProxyFront(app, limits.max_body_bytes, limits.buffered_body_bytes))
 
 
 def app_factory() -> ASGIApp:

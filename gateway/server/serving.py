@@ -8,6 +8,10 @@ socket of its own on the same address (`gateway.server.event_loop`), and the ker
 connections over the workers' sockets by a hash of their addresses, as nginx's `reuseport` does. A
 worker that dies takes the connections waiting in its own queue with it; uvicorn starts another,
 and the others' sockets take the new connections meanwhile.
+
+uvicorn's httptools protocol bounds neither the size of a request's head nor the time it takes to
+arrive, and closes an idle connection only after a response (`timeout_keep_alive`): production puts
+a reverse proxy in front for those (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any
 
 import uvicorn
 from uvicorn.supervisors import Multiprocess
+
+from gateway.settings import Settings
 
 APP = "gateway.server.asgi:app_factory"
 OPTIONS: dict[str, Any] = {
@@ -34,11 +40,20 @@ OPTIONS: dict[str, Any] = {
 }
 
 
-def run(host: str, port: int, workers: int) -> None:
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """`OPTIONS`, with those the settings give."""
+    return OPTIONS | {
+        "timeout_keep_alive": settings.keep_alive_timeout_s,
+        "limit_concurrency": settings.limit_concurrency,
+    }
+
+
+def run(settings: Settings, host: str, port: int, workers: int) -> None:
+    options = uvicorn_options(settings)
     if workers <= 1:
-        uvicorn.run(APP, host=host, port=port, **OPTIONS)
+        uvicorn.run(APP, host=host, port=port, **options)
         return
-    config = uvicorn.Config(APP, host=host, port=port, workers=workers, **OPTIONS)
+    config = uvicorn.Config(APP, host=host, port=port, workers=workers, **options)
     shared = reuse_port_socket(host, port)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the supervisor has stopped its workers
         Multiprocess(config, sockets=[shared]).run()
