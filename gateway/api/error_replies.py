@@ -1,17 +1,19 @@
 """Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
 
 `gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
-Each logs the refusal once (never the key, never the prompt).
+Each logs the refusal once (never the key, never the prompt, never a failed statement's values).
 """
 
 from __future__ import annotations
 
+import traceback
 from typing import NamedTuple
 
 import msgspec
 import structlog
 
 from gateway.auth.principal import Principal
+from gateway.db.session import database_error
 from gateway.errors import ErrorBody, ErrorDetail, GatewayError
 
 log = structlog.get_logger("gateway.app")
@@ -62,7 +64,12 @@ def http_error_reply(status: int, detail: str | None, request_id: str | None) ->
 
 
 def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> ErrorReply:
-    log.error("internal_error", path=path, error=type(exc).__name__, exc_info=exc)
+    database = database_error(exc)
+    if database is None:
+        log.error("internal_error", path=path, error=type(exc).__name__, exc_info=exc)
+    else:  # the frames only: a failed statement's text, or its driver's message, may quote its values
+        stack = "".join(traceback.format_list(traceback.extract_tb(exc.__traceback__)))
+        log.error("internal_error", path=path, error=type(exc).__name__, database_error=database, stack=stack)
     detail = ErrorDetail(
         message="The gateway failed to handle this request", type="api_error", code="internal_error"
     )

@@ -1,16 +1,24 @@
-"""Usage reports over HTTP: `/admin/usage`, `/admin/usage/events` and the team's own `/v1/gateway/usage`."""
+"""Usage reports over HTTP: `/admin/usage`, `/admin/usage/events` and the team's own `/v1/gateway/usage`.
+
+Their query parameters are declared (so the OpenAPI document lists them) and checked by
+`gateway.api.query_params` once the caller is known.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from dataclasses import dataclass, replace
+from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromQuery, QueryParameter
 
 from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented
+from gateway.api.query_params import moment_param, page_size, text_param
 from gateway.errors import InvalidRequest
 from gateway.metering.reports import (
     ROW_FIELD,
@@ -23,7 +31,10 @@ from gateway.metering.reports import (
 )
 from gateway.services import services_of
 
+DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+
+Format = Annotated[str | None, QueryParameter(name="format", description="json (default) or csv")]
 
 
 def _encode(value: Any) -> Any:
@@ -38,31 +49,50 @@ def _json(payload: object) -> Response[bytes]:
     return Response(msgspec.json.encode(payload, enc_hook=_encode), media_type="application/json")
 
 
-def _moment(params: dict[str, str], name: str) -> datetime | None:
-    raw = params.get(name)
-    if not raw:
-        return None
-    try:
-        if len(raw) == 10:
-            return datetime.combine(date.fromisoformat(raw), datetime.min.time(), UTC)
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an ISO date or datetime, e.g. 2026-11-01", param=name) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+@dataclass(frozen=True, slots=True)
+class ReportParams:
+    """A report's query parameters as sent, not yet checked."""
+
+    start: str | None
+    end: str | None
+    group_by: str | None
+    team_id: str | None
+    key_id: str | None
+    model: str | None
+    provider: str | None
+    batch: str | None
+
+    def query(self) -> UsageQuery:
+        """The report they ask for; a 400 naming the first parameter that is not usable."""
+        return UsageQuery(
+            start=moment_param(self.start, "start"),
+            end=moment_param(self.end, "end"),
+            group_by=parse_group_by(text_param(self.group_by, "group_by")),
+            team_id=text_param(self.team_id, "team_id"),
+            key_id=text_param(self.key_id, "key_id"),
+            model=text_param(self.model, "model"),
+            provider=text_param(self.provider, "provider"),
+            batch=text_param(self.batch, "batch"),
+        )
 
 
-def _query(request: Request, team_id: str | None = None) -> UsageQuery:
-    params = dict(request.query_params.items())
-    return UsageQuery(
-        start=_moment(params, "start"),
-        end=_moment(params, "end"),
-        group_by=parse_group_by(params.get("group_by")),
-        team_id=team_id or params.get("team_id") or None,
-        key_id=params.get("key_id") or None,
-        model=params.get("model") or None,
-        provider=params.get("provider") or None,
-        batch=params.get("batch") or None,
-    )
+def report_params(
+    start: Annotated[str | None, QueryParameter(description="ISO date or datetime, inclusive")] = None,
+    end: Annotated[str | None, QueryParameter(description="ISO date or datetime, exclusive")] = None,
+    group_by: Annotated[
+        str | None,
+        QueryParameter(description="comma-separated: team, key, model, provider, region, batch, day"),
+    ] = None,
+    team_id: FromQuery[str | None] = None,
+    key_id: FromQuery[str | None] = None,
+    model: FromQuery[str | None] = None,
+    provider: FromQuery[str | None] = None,
+    batch: FromQuery[str | None] = None,
+) -> ReportParams:
+    return ReportParams(start, end, group_by, team_id, key_id, model, provider, batch)
+
+
+REPORT_PARAMS = {"params": Provide(report_params, sync_to_thread=False)}
 
 
 def _row(row: UsageRow, query: UsageQuery) -> dict[str, Any]:
@@ -84,11 +114,9 @@ def _row(row: UsageRow, query: UsageQuery) -> dict[str, Any]:
     )
 
 
-async def _report(request: Request, team_id: str | None) -> Response[Any]:
-    query = _query(request, team_id)
-    output = request.query_params.get("format", "json")
-    if output not in ("json", "csv"):
-        raise InvalidRequest("format must be json or csv", param="format")
+async def _report(request: Request, query: UsageQuery, output: str | None) -> Response[Any]:
+    if output not in (None, "json", "csv"):
+        raise InvalidRequest("`format` must be json or csv.", param="format")
     async with services_of(request).sessions() as session:
         rows = await usage_report(session, query)
     if output == "csv":
@@ -96,36 +124,43 @@ async def _report(request: Request, team_id: str | None) -> Response[Any]:
     return _json({"object": "list", "data": [_row(r, query) for r in rows], "next_cursor": None})
 
 
-@get("/admin/usage", operation_class=documented())
-async def admin_usage(request: Request) -> Response[Any]:
+@get("/admin/usage", operation_class=documented(), dependencies=REPORT_PARAMS)
+async def admin_usage(
+    request: Request, params: NamedDependency[ReportParams], output: Format = None
+) -> Response[Any]:
     require_admin(request, services_of(request).settings.admin_key)
-    return await _report(request, None)
+    return await _report(request, params.query(), output)
 
 
-@get("/admin/usage/events", operation_class=documented())
-async def admin_usage_events(request: Request) -> Response[bytes]:
+@get("/admin/usage/events", operation_class=documented(), dependencies=REPORT_PARAMS)
+async def admin_usage_events(
+    request: Request,
+    params: NamedDependency[ReportParams],
+    limit: Annotated[
+        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+    ] = None,
+    cursor: Annotated[str | None, QueryParameter(description="the next_cursor of the previous page")] = None,
+) -> Response[bytes]:
     require_admin(request, services_of(request).settings.admin_key)
-    query = _query(request)
-    try:
-        limit = int(request.query_params.get("limit", "100"))
-    except ValueError:
-        raise InvalidRequest("limit must be an integer", param="limit") from None
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}", param="limit")
+    query = params.query()
+    size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
+    after = text_param(cursor, "cursor")
     async with services_of(request).sessions() as session:
-        rows, cursor = await usage_events(session, query, request.query_params.get("cursor"), limit)
-    return _json({"object": "list", "data": rows, "next_cursor": cursor})
+        rows, next_cursor = await usage_events(session, query, after, size)
+    return _json({"object": "list", "data": rows, "next_cursor": next_cursor})
 
 
-@get("/v1/gateway/usage", operation_class=documented())
-async def team_usage(request: Request) -> Response[Any]:
+@get("/v1/gateway/usage", operation_class=documented(), dependencies=REPORT_PARAMS)
+async def team_usage(
+    request: Request, params: NamedDependency[ReportParams], output: Format = None
+) -> Response[Any]:
     """The same report, always limited to the caller's own team."""
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
-    asked = request.query_params.get("team_id")
-    if asked and asked != principal.team_id:
+    query = params.query()
+    if query.team_id is not None and query.team_id != principal.team_id:
         raise InvalidRequest("A team key may only read its own team's usage", param="team_id")
-    return await _report(request, principal.team_id)
+    return await _report(request, replace(query, team_id=principal.team_id), output)
 
 
 USAGE_HANDLERS = [admin_usage, admin_usage_events, team_usage]

@@ -1,9 +1,11 @@
 """Team key verification with a per-process cache, so the database is not asked on every request.
 
-Lookups (found or not) are cached by key hash for `ttl_s`; concurrent misses for one hash share a
-single query; when the database is down, known keys are served from the stale cache. Revocation
-reaches every process at once through a Redis channel, with the TTL as the backstop without Redis.
-The query itself is injected (`gateway.db.keys.key_state_loader` where services are built).
+Keys the database has are cached by key hash for `ttl_s`; hashes it has not, for `unknown_ttl_s`,
+apart and bounded on their own, so a flood of made-up keys costs at most one query per distinct
+key per TTL and never pushes a real key out. Concurrent misses for one hash share a single query;
+when the database is down, known keys are served from the stale cache. Revocation reaches every
+process at once through a Redis channel, with the TTL as the backstop without Redis. The query
+itself is injected (`gateway.db.keys.key_state_loader` where services are built).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ KeyLoader = Callable[[str], Awaitable[KeyState | None]]
 
 @dataclass(slots=True)
 class _Entry:
-    state: KeyState | None  # None: no such key (a cached negative)
+    state: KeyState
     loaded_at: float  # monotonic seconds
 
 
@@ -52,6 +54,8 @@ class KeyCache:
         wall_clock: Callable[[], float] = time.time,
         channel: str = INVALIDATION_CHANNEL,
         max_entries: int = 100_000,
+        unknown_ttl_s: float = 5.0,
+        max_unknown: int = 100_000,
         query_timeout_s: float = 3.0,
         reconnect_delay_s: float = 1.0,
     ) -> None:
@@ -62,9 +66,13 @@ class KeyCache:
         self._wall_clock = wall_clock
         self._channel = channel
         self._max_entries = max_entries
+        self._unknown_ttl_s = unknown_ttl_s
+        self._max_unknown = max_unknown
         self._query_timeout_s = query_timeout_s
         self._reconnect_delay_s = reconnect_delay_s
         self._entries: dict[str, _Entry] = {}
+        # Hashes no key has -> when the database said so; oldest first, which is also first to expire.
+        self._unknown: dict[str, float] = {}
         self._inflight: dict[str, asyncio.Future[KeyState | None]] = {}
         # Bumped by every eviction: a query that started before it must not cache its answer.
         self._generation = 0
@@ -77,10 +85,19 @@ class KeyCache:
             raise AuthenticationFailed("Invalid API key.")  # not one of ours: no query needed
         return self._admit(await self.lookup(hash_secret(secret)))
 
+    @property
+    def unknown_hashes(self) -> int:
+        """How many hashes are remembered as belonging to no key."""
+        return len(self._unknown)
+
     async def lookup(self, key_hash: str) -> KeyState | None:
+        now = self._clock()
         entry = self._entries.get(key_hash)
-        if entry is not None and self._clock() - entry.loaded_at < self._ttl_s:
+        if entry is not None and now - entry.loaded_at < self._ttl_s:
             return entry.state
+        learned = self._unknown.get(key_hash)
+        if learned is not None and now - learned < self._unknown_ttl_s:
+            return None
         try:
             return await self._load(key_hash)
         except DATABASE_DOWN as exc:
@@ -95,6 +112,7 @@ class KeyCache:
     def evict(self, key_hash: str) -> None:
         self._generation += 1
         self._entries.pop(key_hash, None)
+        self._unknown.pop(key_hash, None)
         self._inflight.pop(key_hash, None)
 
     async def run_invalidation_listener(self) -> None:
@@ -152,13 +170,19 @@ class KeyCache:
 
     def _store(self, key_hash: str, state: KeyState | None) -> None:
         self._entries.pop(key_hash, None)
+        self._unknown.pop(key_hash, None)
+        if state is None:
+            self._unknown[key_hash] = self._clock()
+            while len(self._unknown) > self._max_unknown:  # made-up keys cannot grow memory without bound
+                del self._unknown[next(iter(self._unknown))]
+            return
         self._entries[key_hash] = _Entry(state, self._clock())
-        while len(self._entries) > self._max_entries:  # oldest first: a flood of junk keys stays bounded
+        while len(self._entries) > self._max_entries:  # oldest first
             del self._entries[next(iter(self._entries))]
 
     def _stale(self, key_hash: str, exc: BaseException) -> KeyState | None:
         entry = self._entries.get(key_hash)
-        if entry is None or entry.state is None:
+        if entry is None:
             log.warning("key_cache.database_unavailable", error=type(exc).__name__)
             raise ServiceUnavailable(
                 "API keys cannot be verified right now: the gateway's database is unreachable. Retry shortly."
@@ -169,6 +193,7 @@ class KeyCache:
 
     def _expire_all(self) -> None:
         self._generation += 1
+        self._unknown.clear()
         for entry in self._entries.values():
             entry.loaded_at = -math.inf
 

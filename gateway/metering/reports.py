@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from sqlalchemy import ColumnElement, Integer, Table, and_, cast, func, or_, select
@@ -39,6 +39,8 @@ ROW_FIELD: dict[GroupField, str] = {
 }
 TOTAL_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
 MONEY_SCALE = 10  # usage_records money columns are NUMERIC(20, 10)
+# A cursor's request id holds no control character: PostgreSQL refuses NUL in text.
+_RequestId = Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 _records: Table = UsageRecord.__table__  # type: ignore[assignment]
 
@@ -193,10 +195,10 @@ def encode_cursor(created_at: datetime, request_id: str) -> str:
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         payload = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, request_id = msgspec.json.decode(payload, type=tuple[datetime, str])
-    except (binascii.Error, ValueError, msgspec.DecodeError):
+        created_at, request_id = msgspec.json.decode(payload, type=tuple[datetime, _RequestId])
+        return _as_utc(created_at), request_id  # OverflowError: a moment past the year 9999 in UTC
+    except (binascii.Error, ValueError, OverflowError, msgspec.DecodeError):
         raise InvalidRequest("cursor is not one this API returned", param="cursor") from None
-    return _as_utc(created_at), request_id
 
 
 def _conditions(query: UsageQuery) -> list[ColumnElement[bool]]:

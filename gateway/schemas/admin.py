@@ -15,9 +15,13 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 T = TypeVar("T")
 
-Name = Annotated[str, Meta(min_length=1, max_length=200)]
+# No control characters: PostgreSQL refuses NUL in text, and none belongs in a name or an id.
+# (Python's `$` also matches before a final newline; the lookahead refuses that one too.)
+PRINTABLE = r"^[^\x00-\x1f\x7f]*(?!\n)$"
+Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=PRINTABLE)]
+Id = Annotated[str, Meta(min_length=1, max_length=200, pattern=PRINTABLE)]
 Limit = Annotated[int, Meta(ge=1, le=2**31 - 1)]  # the columns are 32-bit integers
-Names = list[Annotated[str, Meta(min_length=1, max_length=200)]]
+Names = list[Name]
 AwareDatetime = Annotated[datetime, Meta(tz=True)]
 ExpiresInS = Annotated[int, Meta(ge=1, le=100 * 366 * 86_400)]  # a century: beyond it dates overflow
 
@@ -85,7 +89,7 @@ class TeamOut(Struct):
 
 
 class KeyCreate(Struct, forbid_unknown_fields=True):
-    team_id: str
+    team_id: Id
     name: Name
     expires_at: AwareDatetime | None = None
     expires_in_s: ExpiresInS | None = None

@@ -7,7 +7,9 @@ from typing import TypeVar
 
 import msgspec
 
+from gateway.api.query_params import page_size, text_param
 from gateway.errors import InvalidRequest
+from gateway.schemas.admin import PRINTABLE
 
 S = TypeVar("S")
 
@@ -31,16 +33,13 @@ def decode_body(body: bytes, schema: type[S]) -> S:
 
 def page_params(limit: str | None, cursor: str | None) -> tuple[int, str | None]:
     """`?limit=` (1..200, default 50) and the opaque `?cursor=` of a list endpoint."""
-    if limit is None:
-        return DEFAULT_PAGE_SIZE, cursor or None
-    # isdecimal() alone admits other scripts' digits; int() rejects some of them ("³").
-    if not (limit.isascii() and limit.isdecimal()) or not 1 <= int(limit) <= MAX_PAGE_SIZE:
-        raise InvalidRequest(f"`limit` must be an integer from 1 to {MAX_PAGE_SIZE}.", param="limit")
-    return int(limit), cursor or None
+    size = page_size(limit, "limit", default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
+    return size, text_param(cursor, "cursor")
 
 
 def _explain(message: str) -> tuple[str, str | None]:
     """msgspec's message without its `$.path` suffix, and the path as the error's `param`."""
+    message = message.replace(f"matching regex {PRINTABLE!r}", "without control characters")
     at = _AT_PATH.search(message)
     if at is not None:
         return _AT_PATH.sub("", message), at.group(1) or None

@@ -11,6 +11,7 @@ from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import key_created, key_out
 from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.query_params import path_id, text_param
 from gateway.db import keys
 from gateway.schemas.admin import KeyCreate, KeyCreated, KeyOut, KeyUpdate, Page
 
@@ -38,18 +39,21 @@ class KeyController(Controller):
     ) -> Page[KeyOut]:
         size, after = page_params(limit, cursor)
         async with services.sessions() as session:
-            rows, next_cursor = await keys.list_keys(session, team_id=team_id, limit=size, cursor=after)
+            rows, next_cursor = await keys.list_keys(
+                session, team_id=text_param(team_id, "team_id"), limit=size, cursor=after
+            )
             return Page([key_out(key) for key in rows], next_cursor)
 
     @get("/{key_id:str}", operation_class=documented())
     async def get_key(self, services: NamedDependency[AdminServices], key_id: FromPath[str]) -> KeyOut:
         async with services.sessions() as session:
-            return key_out(await keys.get_key(session, key_id))
+            return key_out(await keys.get_key(session, path_id(key_id, "key_id")))
 
     @patch("/{key_id:str}", operation_class=documented(body=json_schema(KeyUpdate)))
     async def update_key(
         self, request: Request, services: NamedDependency[AdminServices], key_id: FromPath[str]
     ) -> KeyOut:
+        key_id = path_id(key_id, "key_id")
         patch_ = decode_body(await request.body(), KeyUpdate)
         async with services.sessions.begin() as session:
             key = await keys.update_key(session, key_id, patch_)
@@ -60,7 +64,7 @@ class KeyController(Controller):
     @delete("/{key_id:str}", status_code=200, operation_class=documented())
     async def revoke_key(self, services: NamedDependency[AdminServices], key_id: FromPath[str]) -> KeyOut:
         async with services.sessions.begin() as session:
-            key = await keys.revoke_key(session, key_id)
+            key = await keys.revoke_key(session, path_id(key_id, "key_id"))
             out, key_hash = key_out(key), key.key_hash
         await services.key_cache.invalidate(key_hash)
         return out

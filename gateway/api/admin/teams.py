@@ -11,6 +11,7 @@ from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import team_out
 from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.query_params import path_id
 from gateway.db import teams
 from gateway.schemas.admin import Page, TeamCreate, TeamOut, TeamUpdate
 
@@ -42,12 +43,13 @@ class TeamController(Controller):
     @get("/{team_id:str}", operation_class=documented())
     async def get_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
         async with services.sessions() as session:
-            return team_out(await teams.get_team(session, team_id))
+            return team_out(await teams.get_team(session, path_id(team_id, "team_id")))
 
     @patch("/{team_id:str}", operation_class=documented(body=json_schema(TeamUpdate)))
     async def update_team(
         self, request: Request, services: NamedDependency[AdminServices], team_id: FromPath[str]
     ) -> TeamOut:
+        team_id = path_id(team_id, "team_id")
         patch_ = decode_body(await request.body(), TeamUpdate)
         async with services.sessions.begin() as session:
             out = team_out(await teams.update_team(session, team_id, patch_))
@@ -60,7 +62,7 @@ class TeamController(Controller):
     @delete("/{team_id:str}", status_code=200, operation_class=documented())
     async def delete_team(self, services: NamedDependency[AdminServices], team_id: FromPath[str]) -> TeamOut:
         async with services.sessions.begin() as session:
-            team, revoked = await teams.delete_team(session, team_id)
+            team, revoked = await teams.delete_team(session, path_id(team_id, "team_id"))
             out = team_out(team)
         for key_hash in revoked:
             await services.key_cache.invalidate(key_hash)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+import tracemalloc
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from gateway.auth.key_cache import KeyCache
 from gateway.auth.secrets import hash_secret, new_key_secret
 from gateway.db import keys, teams
 from gateway.errors import AuthenticationFailed, ServiceUnavailable
+from gateway.settings import load_settings
+from tests.support.gateway import REPO
 from tests.unit.auth.records import QueryCounter, add_key, add_team
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -198,3 +201,99 @@ async def _until_rejected(cache: KeyCache, secret: str) -> None:
         except AuthenticationFailed:
             return
         await asyncio.sleep(0.01)
+
+
+async def test_concurrent_lookups_of_one_unknown_key_share_one_query(
+    sessions: Sessions, queries: QueryCounter
+) -> None:
+    cache = KeyCache(keys.key_state_loader(sessions))
+    header = f"Bearer {new_key_secret()}"
+    outcomes = await asyncio.gather(*(cache.authenticate(header) for _ in range(50)), return_exceptions=True)
+    for _ in range(50):
+        with pytest.raises(AuthenticationFailed):
+            await cache.authenticate(header)
+    assert all(isinstance(outcome, AuthenticationFailed) for outcome in outcomes)
+    assert queries.key_lookups == 1
+
+
+async def test_a_key_that_appears_after_being_unknown_works_once_the_unknown_ttl_passes(
+    sessions: Sessions, queries: QueryCounter
+) -> None:
+    clock = FakeClock(100.0)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, unknown_ttl_s=2.0, clock=clock)
+    secret = new_key_secret()
+    with pytest.raises(AuthenticationFailed):
+        await cache.authenticate(f"Bearer {secret}")
+    key_id, _ = await issue(sessions)
+    async with sessions.begin() as session:  # the key now has the hash that was unknown
+        (await keys.get_key(session, key_id)).key_hash = hash_secret(secret)
+
+    clock.now = 101.9
+    with pytest.raises(AuthenticationFailed):
+        await cache.authenticate(f"Bearer {secret}")  # still remembered as unknown: no query
+    clock.now = 102.1
+    assert (await cache.authenticate(f"Bearer {secret}")).key_id == key_id
+    assert queries.key_lookups == 2
+
+
+async def test_an_invalidation_forgets_an_unknown_hash(sessions: Sessions, queries: QueryCounter) -> None:
+    cache = KeyCache(keys.key_state_loader(sessions), unknown_ttl_s=3600.0)
+    secret = new_key_secret()
+    with pytest.raises(AuthenticationFailed):
+        await cache.authenticate(f"Bearer {secret}")
+    cache.evict(hash_secret(secret))  # what a message on the invalidation channel does
+    with pytest.raises(AuthenticationFailed):
+        await cache.authenticate(f"Bearer {secret}")
+    assert queries.key_lookups == 2
+
+
+async def test_a_flood_of_unknown_keys_is_bounded_and_leaves_known_keys_cached(
+    sessions: Sessions, queries: QueryCounter
+) -> None:
+    _, secret = await issue(sessions)
+    cache = KeyCache(keys.key_state_loader(sessions), ttl_s=3600.0, max_entries=10, max_unknown=100)
+    await cache.authenticate(f"Bearer {secret}")
+    for _ in range(300):
+        with pytest.raises(AuthenticationFailed):
+            await cache.authenticate(f"Bearer {new_key_secret()}")
+    assert cache.unknown_hashes == 100
+    await cache.authenticate(f"Bearer {secret}")  # not pushed out by the flood
+    assert queries.key_lookups == 301
+
+
+async def test_the_memory_of_unknown_keys_stops_growing_at_its_bound() -> None:
+    asked = 0
+
+    async def nobody(_: str) -> None:
+        nonlocal asked
+        asked += 1
+
+    cache = KeyCache(nobody, max_unknown=1000)
+
+    async def flood(count: int) -> None:
+        for _ in range(count):
+            with pytest.raises(AuthenticationFailed):
+                await cache.authenticate(f"Bearer {new_key_secret()}")
+
+    await flood(2000)  # past the bound, and past any resize that reaching it causes
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        await flood(20_000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert asked == 22_000  # one query per distinct key
+    assert cache.unknown_hashes == 1000
+    # The 1,000 hashes now remembered were allocated while traced (~150 kB); keeping all 20,000
+    # would have taken some 3 MB.
+    assert grown < 500_000
+
+
+def test_the_unknown_ttl_is_a_setting() -> None:
+    environ = {
+        "GATEWAY_CONFIG": str(REPO / "config" / "gateway.yaml"),
+        "GATEWAY_KEY_CACHE_UNKNOWN_TTL_S": "2",
+    }
+    assert load_settings(environ).key_cache_unknown_ttl_s == 2.0
+    assert load_settings({"GATEWAY_CONFIG": environ["GATEWAY_CONFIG"]}).key_cache_unknown_ttl_s == 5.0

@@ -1,0 +1,67 @@
+"""Query and path parameters as the API reads them, checked before any of them reaches a query.
+
+Text without control characters, ISO dates and datetimes the calendar and UTC can hold, page sizes
+within their bounds: anything else is a 400 naming the parameter, never a database error.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime
+
+from gateway.errors import InvalidRequest
+
+MAX_TEXT = 512
+# PostgreSQL refuses NUL in text and cannot encode a lone surrogate; no other control character
+# belongs in an id, a name or a cursor either.
+_UNREADABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def text_param(value: str | None, name: str) -> str | None:
+    """A filter, id or cursor as given; None when absent or empty."""
+    if not value:
+        return None
+    if len(value) > MAX_TEXT or _UNREADABLE.search(value):
+        raise InvalidRequest(
+            f"`{name}` must be at most {MAX_TEXT} characters, none of them control characters.", param=name
+        )
+    return value
+
+
+def path_id(value: str, name: str) -> str:
+    """An id from the path: the same rules as a query filter, and never empty."""
+    checked = text_param(value, name)
+    if checked is None:
+        raise InvalidRequest(f"`{name}` must not be empty.", param=name)
+    return checked
+
+
+def moment_param(value: str | None, name: str) -> datetime | None:
+    """An ISO date (midnight UTC) or datetime (UTC unless it says otherwise), as an aware UTC datetime."""
+    if not value:
+        return None
+    try:
+        if len(value) == 10:
+            moment = datetime.combine(date.fromisoformat(value), datetime.min.time(), UTC)
+        else:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(
+            f"`{name}` must be an ISO date or datetime, e.g. 2026-11-01 or 2026-11-01T12:00:00Z.", param=name
+        ) from None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 is past the last instant a datetime holds in UTC
+        raise InvalidRequest(f"`{name}` is outside the years 1 to 9999 in UTC.", param=name) from None
+
+
+def page_size(value: str | None, name: str, *, default: int, maximum: int) -> int:
+    """`?limit=`: decimal ASCII digits from 1 to `maximum`, `default` when absent."""
+    if value is None:
+        return default
+    # isdecimal() alone admits other scripts' digits, and int() refuses a string of over 4300 digits.
+    if not (value.isascii() and value.isdecimal() and len(value) <= 10) or not 1 <= int(value) <= maximum:
+        raise InvalidRequest(f"`{name}` must be an integer from 1 to {maximum}.", param=name)
+    return int(value)
