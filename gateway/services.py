@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from litestar import Request
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
@@ -24,7 +25,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
-from gateway.limits import Limiter, MemoryLimiter, RedisLimiter, reconcile
+from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, Reservations, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
@@ -43,6 +44,7 @@ from gateway.settings import Catalog, ProviderKind, Settings
 log = structlog.get_logger("gateway.services")
 HEALTH_REFRESH_S = 1.0
 LOOP_LAG_PROBE_S = 0.1  # ten timers a second: nothing against the requests it watches
+REDIS_CONFIG_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -73,6 +75,9 @@ class Services:
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
+            )
+            self.tasks.append(
+                asyncio.create_task(warn_if_redis_forgets(self.redis), name="redis-persistence")
             )
 
     async def _reconcile_spend(self) -> None:
@@ -105,6 +110,25 @@ class Services:
         await self.engine.dispose()
 
 
+async def warn_if_redis_forgets(redis: Redis) -> None:
+    """Warn once when Redis keeps nothing on disk (no RDB snapshots, no append-only file): the usage
+    events not yet written and the month's spend counters would not survive its restart. A managed
+    Redis may refuse CONFIG; then nothing is known and only a debug line says so."""
+    try:
+        async with asyncio.timeout(REDIS_CONFIG_TIMEOUT_S):
+            save = (await redis.config_get("save")).get("save")
+            appendonly = (await redis.config_get("appendonly")).get("appendonly")
+    except (RedisError, OSError) as exc:  # NOPERM, an unknown (renamed) command, Redis away
+        log.debug("redis_persistence_unknown", error=type(exc).__name__)
+        return
+    if not save and appendonly != "yes":
+        log.warning(
+            "redis_not_persistent",
+            detail="Redis has save '' and appendonly no: the metering buffer (usage events not yet "
+            "written) and the spend counters would not survive a Redis restart; see docs/operations.md",
+        )
+
+
 async def watch_loop_lag(metrics: Metrics, interval_s: float = LOOP_LAG_PROBE_S) -> None:
     """Observe how late the loop wakes a sleep of `interval_s`: a worker short of CPU (a burst of
     requests, a busy core) shows here before it shows anywhere else. uvloop's timers have a
@@ -133,12 +157,17 @@ def open_services(settings: Settings) -> Services:
         buffer = RedisStreamBuffer(redis, consumer=process_consumer_name(), batcher=batcher)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
         pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
-        limiter = RedisLimiter(redis, batcher=batcher)
+        limiter = RedisLimiter(
+            redis,
+            batcher=batcher,
+            records=RecordedSpend(sessions),
+            hold_ttl_s=catalog.limits.reservation_ttl_s,
+        )
     else:
         buffer = MemoryBuffer()
         health = HealthBoard(deployment_ids, catalog.circuit)
         pins = MemoryPinStore(catalog.batches.idle_ttl_s)
-        limiter = MemoryLimiter()
+        limiter = MemoryLimiter(records=RecordedSpend(sessions), hold_ttl_s=catalog.limits.reservation_ttl_s)
     metrics = Metrics()
     executor = Executor(catalog, health, UpstreamPool(), mock=in_process_mock(catalog))
     proxy = ProxyService(
@@ -151,7 +180,12 @@ def open_services(settings: Settings) -> Services:
         on_event=metrics.observe_event,
         settle=limiter.settle,
     )
-    key_cache = KeyCache(key_state_loader(sessions), settings.key_cache_ttl_s, redis)
+    key_cache = KeyCache(
+        key_state_loader(sessions),
+        settings.key_cache_ttl_s,
+        redis,
+        unknown_ttl_s=settings.key_cache_unknown_ttl_s,
+    )
     return Services(
         settings=settings,
         table=table,
@@ -167,7 +201,14 @@ def open_services(settings: Settings) -> Services:
         proxy=proxy,
         metrics=metrics,
         limiter=limiter,
-        pipeline=ProxyPipeline(key_cache, limiter, proxy, metrics, catalog.limits.max_messages),
+        pipeline=ProxyPipeline(
+            key_cache,
+            limiter,
+            proxy,
+            metrics,
+            catalog.limits.max_messages,
+            Reservations(table, catalog.limits.default_max_tokens),
+        ),
     )
 
 

@@ -89,10 +89,27 @@ class BatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     idle_ttl_s: int = 3600
 
 
+BUFFERED_BODIES = 4  # request bodies as large as the cap one process may read at once, by default
+
+
 class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_body_bytes: int = 32 * 1024 * 1024
     max_messages: int = 10_000
     max_upstream_response_bytes: int = 64 * 1024 * 1024
+    # Request-body bytes one serving process reads at once, over all its requests (the proxy front,
+    # gateway.api.request_body); unset: BUFFERED_BODIES times max_body_bytes.
+    max_buffered_body_bytes: int | None = None
+    # Output tokens a request that sets neither max_tokens nor max_completion_tokens reserves per
+    # choice at admission (tokens per minute and budgets, gateway.limits.reservation)
+    default_max_tokens: int = 4096
+    # How long an admission's budget hold lasts when its request is never settled (a lost process)
+    reservation_ttl_s: float = 1800.0
+
+    @property
+    def buffered_body_bytes(self) -> int:
+        if self.max_buffered_body_bytes is None:
+            return BUFFERED_BODIES * self.max_body_bytes
+        return self.max_buffered_body_bytes
 
 
 class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -118,12 +135,15 @@ class Settings(msgspec.Struct, frozen=True):
     workers: int = 1
     log_format: str = "json"
     key_cache_ttl_s: float = 5.0
+    key_cache_unknown_ttl_s: float = 5.0  # how long a hash no key has is answered 401 without a query
     metering_flush_interval_s: float = 0.2
     metering_batch_size: int = 1000
     metering_reclaim_idle_s: float = 60.0  # a writer's unacked entries are taken over after this
     # auto | worker | process | external (gateway.server.writer_process); auto: `gateway serve`
     # starts a writer process when Redis is configured, an app built otherwise writes in its worker
     metering_writer: str = "auto"
+    keep_alive_timeout_s: int = 5  # uvicorn's timeout_keep_alive: an idle kept-alive connection is closed
+    limit_concurrency: int | None = None  # uvicorn's: connections + requests per worker before 503s
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
@@ -160,8 +180,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
         log_format=log_format,
         key_cache_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_TTL_S", 5.0),
+        key_cache_unknown_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_UNKNOWN_TTL_S", 5.0),
         metering_reclaim_idle_s=_float_env(env, "GATEWAY_METERING_RECLAIM_IDLE_S", 60.0),
         metering_writer=metering_writer,
+        keep_alive_timeout_s=_positive_int_env(env, "GATEWAY_KEEP_ALIVE_TIMEOUT_S") or 5,
+        limit_concurrency=_positive_int_env(env, "GATEWAY_LIMIT_CONCURRENCY"),
     )
 
 
@@ -173,6 +196,16 @@ def _int_env(env: dict[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def _positive_int_env(env: dict[str, str], name: str) -> int | None:
+    """A positive integer, or None when the variable is unset or empty."""
+    if not env.get(name):
+        return None
+    value = _int_env(env, name, 0)
+    if value < 1:
+        raise ConfigError(f"{name}: must be at least 1")
+    return value
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:
@@ -293,7 +326,14 @@ def _check_tuning(catalog: Catalog, path: Path) -> None:
         "limits.max_body_bytes": catalog.limits.max_body_bytes >= 1024,
         "limits.max_messages": catalog.limits.max_messages >= 1,
         "limits.max_upstream_response_bytes": catalog.limits.max_upstream_response_bytes >= 1024,
+        "limits.default_max_tokens": 0 <= catalog.limits.default_max_tokens <= 2**31 - 1,
+        "limits.reservation_ttl_s": catalog.limits.reservation_ttl_s >= 1,
     }
     for key, ok in checks.items():
         if not ok:
             raise ConfigError(f"{path}: {key}: out of range")
+    if catalog.limits.buffered_body_bytes < catalog.limits.max_body_bytes:
+        raise ConfigError(
+            f"{path}: limits.max_buffered_body_bytes: must be at least limits.max_body_bytes, "
+            "or no body as large as the cap could ever be read"
+        )

@@ -10,14 +10,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.principal import Principal
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError
-from gateway.limits import Limiter, estimate_tokens, requested_max_tokens
+from gateway.limits import Limiter, Reservations
 from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.relay import StreamRelay
@@ -74,34 +74,47 @@ class ProxyResult:
 
 @dataclass(frozen=True, slots=True)
 class ProxyPipeline:
-    """Authenticate, parse, admit, then proxy: what every front runs for a proxied request."""
+    """Authenticate, read the body, parse, admit, then proxy: what every front runs for a proxied
+    request."""
 
     keys: KeyCache
     limiter: Limiter
     proxy: ProxyService
     metrics: Metrics
     max_messages: int
+    reservations: Reservations  # what admission reserves for a request (gateway.limits.reservation)
 
     async def run(
-        self, exchange: ProxyExchange, headers: Mapping[str, str], raw: bytes, endpoint: Endpoint
+        self,
+        exchange: ProxyExchange,
+        headers: Mapping[str, str],
+        read_body: Callable[[], Awaitable[bytes]],
+        endpoint: Endpoint,
     ) -> ProxyResult:
-        """One proxied request, from its headers (lower-case names) and body to the answer's parts."""
+        """One proxied request, from its headers (lower-case names) and body to the answer's parts.
+
+        The key is checked from the headers before `read_body` is awaited: a request refused for
+        its key costs no upload, and the client is never told to send its body (`100 Continue`)."""
         principal = exchange.principal = await self.keys.authenticate(headers.get("authorization"))
+        raw = await read_body()
         parsed = parse_request(raw, endpoint, self.max_messages)
         directives = parse_directives(headers, parsed.gateway_object)
-        estimated = estimate_tokens(len(raw), requested_max_tokens(parsed.body))
-        admission = await self.limiter.admit(principal, estimated)
-        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, estimated_tokens=estimated)
+        reservation = self.reservations.for_request(
+            parsed.model, len(raw), parsed.max_output_tokens, parsed.choices
+        )
+        admission = await self.limiter.admit(principal, reservation)
+        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, admission=admission)
         outcome: OpenStream | Completed
         try:
             if parsed.stream:
                 outcome = await self.proxy.open_stream(ctx)
             else:
                 outcome = await self.proxy.complete(ctx)
-        except GatewayError as exc:
-            exc.headers = admission.headers | exc.headers
+        except BaseException as exc:  # a cancelled request too: its reservation must not linger
+            if isinstance(exc, GatewayError):
+                exc.headers = admission.headers | exc.headers
             if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
-                await self.limiter.release(principal, estimated)
+                await self.limiter.release(principal, admission)
             raise
         overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
         self.metrics.observe_overhead(overhead)  # a stream's: up to its first frames

@@ -18,9 +18,16 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.auth.principal import Principal
-from gateway.dispatch.executor import Attempts
+from gateway.dispatch.executor import Attempts, UpstreamAnswerTooLarge
 from gateway.dispatch.stream import OpenStream
-from gateway.errors import GatewayError, PinnedProviderUnavailable, UpstreamError, UpstreamUnavailable
+from gateway.errors import (
+    GatewayError,
+    PinnedProviderUnavailable,
+    UpstreamError,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+)
+from gateway.limits.limiter import Admission
 from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
@@ -42,6 +49,19 @@ def milliseconds(seconds: float) -> float:
     """Seconds as milliseconds to the microsecond: the float `round(seconds * 1000, 3)` gives
     (but in a half-way case), without formatting the number as decimal text and reading it back."""
     return round(seconds * 1_000_000) / 1000
+
+
+def answer_tokens(answer_bytes: int) -> int:
+    """An answer's completion tokens when the upstream's count is missing or not believed: ~4 bytes
+    a token of what it sent."""
+    return (answer_bytes + 3) // 4
+
+
+def _distrust(ctx: ProxyContext, deployment: Deployment, reason: str) -> None:
+    # The reason names the count and its value, never any text of the request or answer.
+    log.warning(
+        "upstream_usage_untrusted", request_id=ctx.request_id, deployment=deployment.id, reason=reason
+    )
 
 
 class UsageSink(Protocol):
@@ -68,7 +88,7 @@ class ProxyContext:
     principal: Principal
     parsed: ParsedRequest
     directives: Directives
-    estimated_tokens: int = 0  # reserved at admission; the limiter settles against it
+    admission: Admission | None = None  # what the limiter reserved; the usage event settles it
     created_at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
     attempts: Attempts = field(default_factory=Attempts)
@@ -93,7 +113,7 @@ class ProxyService:
         retry: RetrySettings,
         rng: random.Random | None = None,
         on_event: Callable[[UsageEvent], None] | None = None,
-        settle: Callable[[Principal, UsageEvent, int], Awaitable[None]] | None = None,
+        settle: Callable[[Principal, UsageEvent, Admission | None], Awaitable[None]] | None = None,
     ) -> None:
         self._table = table
         self._pins = pins
@@ -212,7 +232,11 @@ class ProxyService:
             await self._meter_failure(ctx, exc)
             raise
         assert ctx.deployment is not None
-        await self._meter(ctx, ctx.deployment, 200, response.usage, UsageSource.UPSTREAM)
+        usage, source = response.usage, UsageSource.UPSTREAM
+        if response.untrusted_usage is not None:  # counts that cannot be true: the gateway's own
+            _distrust(ctx, ctx.deployment, response.untrusted_usage)
+            usage, source = self._estimate(ctx, answer_tokens(len(response.body))), UsageSource.ESTIMATED
+        await self._meter(ctx, ctx.deployment, 200, usage, source)
         return Completed(ctx.deployment, response)
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
@@ -230,10 +254,15 @@ class ProxyService:
     async def meter_stream(
         self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None
     ) -> None:
-        """The usage record of a stream that has ended: upstream counts, or estimated without them."""
+        """The usage record of a stream that has ended: upstream counts, or estimated without them
+        (from the bytes received, for a stream cut at the response cap)."""
         usage, source = stream.translator.usage, UsageSource.UPSTREAM
+        if stream.translator.untrusted_usage is not None:
+            _distrust(ctx, stream.deployment, stream.translator.untrusted_usage)
         if usage is None:
-            usage, source = self._estimate(ctx, stream.frames_sent), UsageSource.ESTIMATED
+            oversized = error_code == UpstreamTooLarge.code
+            completion = answer_tokens(stream.received) if oversized else stream.frames_sent
+            usage, source = self._estimate(ctx, completion), UsageSource.ESTIMATED
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
         await self._meter(ctx, stream.deployment, status, usage, source, error_code)
@@ -241,19 +270,25 @@ class ProxyService:
     # --- metering ---------------------------------------------------------------------------
 
     @staticmethod
-    def _estimate(ctx: ProxyContext, frames_sent: int) -> TokenUsage:
-        """Without upstream counts: ~4 bytes a prompt token, ~1 token a streamed chunk."""
+    def _estimate(ctx: ProxyContext, completion_tokens: int) -> TokenUsage:
+        """Without upstream counts: ~4 bytes a prompt token; the completion as the caller counted it
+        (~1 token a streamed chunk, or ~4 bytes of the answer a token)."""
         prompt_bytes = (
             sum(len(m.content) for m in ctx.parsed.chat.messages if isinstance(m.content, str))
             if (ctx.parsed.chat is not None)
             else 0
         )
-        return TokenUsage(prompt_tokens=(prompt_bytes + 3) // 4, completion_tokens=frames_sent)
+        return TokenUsage(prompt_tokens=(prompt_bytes + 3) // 4, completion_tokens=completion_tokens)
 
     async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
         if ctx.deployment is None or ctx.attempts.count == 0:
             return  # never reached an upstream: nothing to bill, nothing to record
-        await self._meter(ctx, ctx.deployment, exc.status, None, UsageSource.NONE, exc.code)
+        usage, source = None, UsageSource.NONE
+        if isinstance(exc, UpstreamAnswerTooLarge):  # the upstream did the work: it is billed
+            usage, source = exc.usage, UsageSource.UPSTREAM
+            if usage is None:
+                usage, source = self._estimate(ctx, answer_tokens(exc.received_bytes)), UsageSource.ESTIMATED
+        await self._meter(ctx, ctx.deployment, exc.status, usage, source, exc.code)
         exc.logged = True
 
     async def _meter(
@@ -299,7 +334,7 @@ class ProxyService:
             await self._usage.append(event)
         else:  # both awaited (the spend counts before the client has its answer), and the settle is
             # queued as it is called: both commands go out in the same Redis round trip
-            settled = self._settle(ctx.principal, event, ctx.estimated_tokens)
+            settled = self._settle(ctx.principal, event, ctx.admission)
             try:
                 await self._usage.append(event)
             finally:

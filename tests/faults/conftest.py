@@ -151,17 +151,18 @@ StackFactory = Callable[..., FaultStack]
 
 @pytest.fixture
 def fault_stack(stores: Stores, tmp_path: Path) -> Iterator[StackFactory]:
-    """`fault_stack(gateways=2, with_redis=True)`: fresh database and Redis db, running gateways."""
+    """`fault_stack(gateways=2, with_redis=True)`: a fresh database and Redis db, running gateways."""
     started: list[GatewayProcess] = []
 
-    def make(gateways: int = 2, with_redis: bool = True) -> FaultStack:
+    def make(gateways: int = 2, with_redis: bool = True, upstream_url: str | None = None) -> FaultStack:
+        """`upstream_url`: serve from that upstream instead of the session's mock upstream."""
         database_url = stores.postgres.create_database(f"faults_{os.getpid()}_{next(stores.databases)}")
         redis_url = None
         if with_redis:
             redis_url = stores.redis.url(next(stores.redis_dbs))
             _flush(redis_url)
         config = tmp_path / "gateway.yaml"
-        config.write_text(CONFIG.format(upstream=stores.upstream.base_url))
+        config.write_text(CONFIG.format(upstream=upstream_url or stores.upstream.base_url))
         env = {
             "GATEWAY_DATABASE_URL": database_url,
             "GATEWAY_REDIS_URL": redis_url or "",

@@ -28,6 +28,8 @@ REDIS_DBS = {
     "e2e-batches": 8,
     "e2e-caching": 9,
     "e2e-workers": 10,
+    "services": 11,  # tests/integration/test_services.py
+    "metering-app": 12,  # tests/integration/metering/test_upstream_usage_postgres.py
 }
 
 

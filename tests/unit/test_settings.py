@@ -360,3 +360,47 @@ def test_check_config_fails_with_the_file_key_and_problem(
     assert capsys.readouterr().err.strip() == (
         f"gateway: configuration error: {path}: providers[0].api_key: environment variable UP_KEY is not set"
     )
+
+
+# --- serving ----------------------------------------------------------------------------------
+
+
+def test_the_body_budget_defaults_to_four_bodies_at_the_cap(tmp_path: Path) -> None:
+    default = load_catalog(write(tmp_path, MINIMAL), {}).limits
+    assert default.max_buffered_body_bytes is None
+    assert default.buffered_body_bytes == 4 * 32 * 1024 * 1024
+    raised = load_catalog(write(tmp_path, MINIMAL + "limits: {max_body_bytes: 1048576}\n"), {}).limits
+    assert raised.buffered_body_bytes == 4 * 1048576
+    text = MINIMAL + "limits: {max_buffered_body_bytes: 40000000}\n"
+    assert load_catalog(write(tmp_path, text), {}).limits.buffered_body_bytes == 40_000_000
+
+
+def test_a_body_budget_below_the_cap_is_refused(tmp_path: Path) -> None:
+    text = MINIMAL + "limits: {max_body_bytes: 2048, max_buffered_body_bytes: 2047}\n"
+    assert problem(tmp_path, text).startswith("limits.max_buffered_body_bytes: must be at least")
+
+
+def test_the_connection_settings(tmp_path: Path) -> None:
+    config = str(write(tmp_path, MINIMAL))
+    default = load_settings({"GATEWAY_CONFIG": config})
+    assert (default.keep_alive_timeout_s, default.limit_concurrency) == (5, None)  # uvicorn's defaults
+    environ = {
+        "GATEWAY_CONFIG": config,
+        "GATEWAY_KEEP_ALIVE_TIMEOUT_S": "2",
+        "GATEWAY_LIMIT_CONCURRENCY": "500",
+    }
+    given = load_settings(environ)
+    assert (given.keep_alive_timeout_s, given.limit_concurrency) == (2, 500)
+
+
+@pytest.mark.parametrize("name", ["GATEWAY_KEEP_ALIVE_TIMEOUT_S", "GATEWAY_LIMIT_CONCURRENCY"])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("0", "must be at least 1"), ("-3", "must be at least 1"), ("1.5", "expected an integer")],
+)
+def test_bad_connection_settings_name_the_variable(
+    tmp_path: Path, name: str, value: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings({"GATEWAY_CONFIG": str(write(tmp_path, MINIMAL)), name: value})
+    assert str(raised.value).startswith(f"{name}: {expected}")
