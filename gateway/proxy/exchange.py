@@ -17,7 +17,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.auth.principal import Principal
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError
-from gateway.limits import Limiter, Reservations
+from gateway.limits import Limiter, Reservation, Reservations
 from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.relay import StreamRelay
@@ -99,8 +99,12 @@ class ProxyPipeline:
         raw = await read_body()
         parsed = parse_request(raw, endpoint, self.max_messages)
         directives = parse_directives(headers, parsed.gateway_object)
-        reservation = self.reservations.for_request(
-            parsed.model, len(raw), parsed.max_output_tokens, parsed.choices
+        reservation = (
+            Reservation()  # nothing binds this caller: nothing to hold back
+            if principal.unlimited
+            else self.reservations.for_request(
+                parsed.model, len(raw), parsed.max_output_tokens, parsed.choices
+            )
         )
         admission = await self.limiter.admit(principal, reservation)
         ctx = ProxyContext(exchange.request_id, principal, parsed, directives, admission=admission)
