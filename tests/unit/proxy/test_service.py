@@ -23,7 +23,6 @@ from gateway.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
-from gateway.metering.events import UsageEvent
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext, ProxyService, milliseconds
@@ -33,6 +32,7 @@ from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
 from gateway.routing.policy import rendezvous_choice
 from gateway.settings import CircuitSettings, RetrySettings
+from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import CHAT, TABLE, principal
 
 RETRY = RetrySettings(max_attempts=3)
@@ -58,14 +58,6 @@ class FakeExecutor:
             if deployment.id not in self.failing:
                 return UpstreamResponse(body=b"{}", usage=TokenUsage(prompt_tokens=3, completion_tokens=2))
         raise self.error("injected")
-
-
-@dataclass
-class Sink:
-    events: list[UsageEvent] = field(default_factory=list)
-
-    async def append(self, event: UsageEvent) -> None:
-        self.events.append(event)
 
 
 @dataclass

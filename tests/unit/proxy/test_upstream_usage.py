@@ -8,7 +8,7 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -31,6 +31,7 @@ from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
 from gateway.settings import Catalog, CircuitSettings, LimitSettings
+from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 
 CAP = 2048  # bytes of an upstream answer; the fake's answers below are several times that
@@ -48,14 +49,6 @@ def catalog(kind: str, limits: LimitSettings) -> Catalog:
         },
         Catalog,
     )
-
-
-@dataclass
-class Sink:
-    events: list[UsageEvent] = field(default_factory=list)
-
-    async def append(self, event: UsageEvent) -> None:
-        self.events.append(event)
 
 
 @dataclass
