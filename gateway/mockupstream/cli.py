@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from gateway.mockupstream.behaviour import BehaviourError, MockBehaviour, header_overrides, with_overrides
+from gateway.mockupstream.vllm.cli import add_vllm_arguments, run_vllm_from_args
 
 # flag -> (MockBehaviour field, type, help)
 _BEHAVIOUR_FLAGS: tuple[tuple[str, str, type, str], ...] = (
@@ -28,6 +29,13 @@ def add_mock_upstream_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, field, kind, help_text in _BEHAVIOUR_FLAGS:
         parser.add_argument(flag, dest=field, type=kind, default=None, help=help_text)
     parser.add_argument("--behaviour", default=None, help="any other behaviour fields, as a JSON object")
+    parser.add_argument(
+        "--engine",
+        choices=("mock", "vllm"),
+        default="mock",
+        help="vllm: a simulated continuous-batching server",
+    )
+    add_vllm_arguments(parser)
 
 
 def behaviour_from_args(args: argparse.Namespace) -> MockBehaviour:
@@ -42,6 +50,8 @@ def behaviour_from_args(args: argparse.Namespace) -> MockBehaviour:
 def run_from_args(args: argparse.Namespace) -> int:
     from gateway.mockupstream.server import run_mock_upstream  # uvicorn only when serving
 
+    if args.engine == "vllm":
+        return run_vllm_from_args(args)
     try:
         behaviour = behaviour_from_args(args)
     except BehaviourError as exc:
