@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gateway.limits.spend import MAX_REQUEST_UNITS, units_at_most
 from gateway.metering.pricing import Tariff
-from gateway.providers.base import TokenUsage
+from gateway.providers.base import TokenUsage, estimated_tokens
 from gateway.routing.deployment import DeploymentTable
 
 DEFAULT_MAX_TOKENS = 4096
@@ -24,11 +24,6 @@ class Reservation:
 
     tokens: int = 0
     units: int = 0
-
-
-def prompt_estimate(body_bytes: int) -> int:
-    """Prompt tokens, guessed before any tokenizer: ~4 bytes of JSON body a token."""
-    return (max(body_bytes, 0) + 3) // 4
 
 
 class Reservations:
@@ -44,7 +39,7 @@ class Reservations:
         self, model: str, body_bytes: int, max_output_tokens: int | None, choices: int = 1
     ) -> Reservation:
         """`max_output_tokens`: what the request allows a choice (None: unset, so the default)."""
-        prompt = prompt_estimate(body_bytes)
+        prompt = estimated_tokens(body_bytes)  # the whole JSON body: a bound on the prompt
         per_choice = self.default_max_tokens if max_output_tokens is None else max_output_tokens
         output = max(per_choice, 0) * max(choices, 1)
         usage = TokenUsage(prompt_tokens=prompt, completion_tokens=output)

@@ -24,6 +24,11 @@ class Endpoint(str, Enum):
     EMBEDDINGS = "embeddings"
 
 
+def estimated_tokens(text_bytes: int) -> int:
+    """Tokens in that many bytes of text, guessed without a tokenizer: ~4 bytes a token."""
+    return (max(text_bytes, 0) + 3) // 4
+
+
 class TokenUsage(msgspec.Struct, frozen=True):
     """Token counts in OpenAI terms: cached and cache-write tokens are parts of prompt_tokens."""
 

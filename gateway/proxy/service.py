@@ -30,7 +30,7 @@ from gateway.errors import (
 from gateway.limits.limiter import Admission
 from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
+from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse, estimated_tokens
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
@@ -49,12 +49,6 @@ def milliseconds(seconds: float) -> float:
     """Seconds as milliseconds to the microsecond: the float `round(seconds * 1000, 3)` gives
     (but in a half-way case), without formatting the number as decimal text and reading it back."""
     return round(seconds * 1_000_000) / 1000
-
-
-def answer_tokens(answer_bytes: int) -> int:
-    """An answer's completion tokens when the upstream's count is missing or not believed: ~4 bytes
-    a token of what it sent."""
-    return (answer_bytes + 3) // 4
 
 
 def _distrust(ctx: ProxyContext, deployment: Deployment, reason: str) -> None:
@@ -235,7 +229,7 @@ class ProxyService:
         usage, source = response.usage, UsageSource.UPSTREAM
         if response.untrusted_usage is not None:  # counts that cannot be true: the gateway's own
             _distrust(ctx, ctx.deployment, response.untrusted_usage)
-            usage, source = self._estimate(ctx, answer_tokens(len(response.body))), UsageSource.ESTIMATED
+            usage, source = self._estimate(ctx, estimated_tokens(len(response.body))), UsageSource.ESTIMATED
         await self._meter(ctx, ctx.deployment, 200, usage, source)
         return Completed(ctx.deployment, response)
 
@@ -261,7 +255,7 @@ class ProxyService:
             _distrust(ctx, stream.deployment, stream.translator.untrusted_usage)
         if usage is None:
             oversized = error_code == UpstreamTooLarge.code
-            completion = answer_tokens(stream.received) if oversized else stream.frames_sent
+            completion = estimated_tokens(stream.received) if oversized else stream.frames_sent
             usage, source = self._estimate(ctx, completion), UsageSource.ESTIMATED
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
@@ -278,7 +272,7 @@ class ProxyService:
             if (ctx.parsed.chat is not None)
             else 0
         )
-        return TokenUsage(prompt_tokens=(prompt_bytes + 3) // 4, completion_tokens=completion_tokens)
+        return TokenUsage(prompt_tokens=estimated_tokens(prompt_bytes), completion_tokens=completion_tokens)
 
     async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
         if ctx.deployment is None or ctx.attempts.count == 0:
@@ -287,7 +281,10 @@ class ProxyService:
         if isinstance(exc, UpstreamAnswerTooLarge):  # the upstream did the work: it is billed
             usage, source = exc.usage, UsageSource.UPSTREAM
             if usage is None:
-                usage, source = self._estimate(ctx, answer_tokens(exc.received_bytes)), UsageSource.ESTIMATED
+                usage, source = (
+                    self._estimate(ctx, estimated_tokens(exc.received_bytes)),
+                    UsageSource.ESTIMATED,
+                )
         await self._meter(ctx, ctx.deployment, exc.status, usage, source, exc.code)
         exc.logged = True
 
