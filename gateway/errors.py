@@ -9,6 +9,8 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 ├── NotFound (404, not_found_error)
 ├── Conflict (409, invalid_request_error, code conflict)
 ├── RateLimited (429, rate_limit_error / insufficient_quota)
+│   ├── QueueFull (429, code queue_full)
+│   └── QueueTimeout (429, code queue_timeout)
 ├── ServiceUnavailable (503, api_error): the gateway's own dependency (database) is down
 └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
     ├── UpstreamTimeout (504)
@@ -118,6 +120,18 @@ class RateLimited(GatewayError):
 class QuotaExceeded(RateLimited):
     type = "insufficient_quota"
     code = "insufficient_quota"
+
+
+class QueueFull(RateLimited):
+    """The provider's queue holds `scheduling.max_queued` requests already."""
+
+    code = "queue_full"
+
+
+class QueueTimeout(RateLimited):
+    """The request waited its class's `queue_timeout_s` for capacity; it never reached an upstream."""
+
+    code = "queue_timeout"
 
 
 class ServiceUnavailable(GatewayError):

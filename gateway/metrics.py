@@ -15,15 +15,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gateway.metering.events import UsageEvent
+from gateway.routing.directives import Priority
+from gateway.scheduling.scheduler import Scheduler
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+_QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 
 
 class Buckets:
@@ -69,6 +72,7 @@ class Metrics:
         self._ttft: dict[str, Buckets] = {}
         self.overhead = Buckets(_OVERHEAD_BUCKETS)
         self.loop_lag = Buckets(_LOOP_LAG_BUCKETS)
+        self._queue_wait: dict[tuple[str, str], Buckets] = {}  # by provider and priority class
         self.registry.register(_RequestSeriesCollector(self))
         self.upstream_errors = Counter(
             "gateway_upstream_errors",
@@ -86,6 +90,12 @@ class Metrics:
         self.metering_oldest_unwritten = Gauge(
             "gateway_metering_oldest_unwritten_seconds",
             "Age of the oldest usage event not yet written (0 when none waits)",
+            registry=self.registry,
+        )
+        self.requests_shed = Counter(
+            "gateway_requests_shed",
+            "Requests refused while waiting for capacity, never sent (queue_full, queue_timeout)",
+            ["provider", "reason"],
             registry=self.registry,
         )
         self.usage_dead_letters = Gauge(
@@ -116,6 +126,16 @@ class Metrics:
 
     def observe_overhead(self, seconds: float) -> None:
         self.overhead.observe(seconds)
+
+    def observe_queue_wait(self, provider: str, priority: str, seconds: float) -> None:
+        buckets = self._queue_wait.get((provider, priority))
+        if buckets is None:
+            buckets = self._queue_wait[(provider, priority)] = Buckets(_QUEUE_WAIT_BUCKETS)
+        buckets.observe(seconds)
+
+    def watch_scheduler(self, scheduler: Scheduler) -> None:
+        """Queue depths and what is in flight at each replica, read from `scheduler` at scrape time."""
+        self.registry.register(_SchedulerCollector(scheduler))
 
     def observe_loop_lag(self, seconds: float) -> None:
         self.loop_lag.observe(seconds)
@@ -158,6 +178,43 @@ class Metrics:
         )
         lag.add_metric([], self.loop_lag.cumulative(), self.loop_lag.sum)
         yield lag
+        wait = HistogramMetricFamily(
+            "gateway_queue_wait_seconds",
+            "Time requests waited for a replica's capacity (0 for those that did not wait)",
+            labels=["provider", "priority"],
+        )
+        for (provider, priority), buckets in list(self._queue_wait.items()):
+            wait.add_metric([provider, priority], buckets.cumulative(), buckets.sum)
+        yield wait
+
+
+@dataclass(frozen=True)
+class _SchedulerCollector(Collector):
+    scheduler: Scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "gateway_queue_depth", "Requests waiting for capacity", labels=["provider", "priority"]
+        )
+        in_flight = GaugeMetricFamily(
+            "gateway_replica_in_flight", "Requests this process has in flight", labels=["provider", "replica"]
+        )
+        tokens = GaugeMetricFamily(
+            "gateway_replica_tokens_in_flight",
+            "Tokens (prompt + allowed output) this process has in flight",
+            labels=["provider", "replica"],
+        )
+        for name, queue in self.scheduler.providers.items():
+            for priority in Priority:
+                depth.add_metric([name, priority.value], queue.queued(priority))
+            for gate in queue.gates:
+                in_flight.add_metric([name, gate.url], gate.in_flight)
+                tokens.add_metric([name, gate.url], gate.tokens_in_flight)
+            for replica in queue.unlimited if not queue.limited else ():
+                in_flight.add_metric([name, replica.url], replica.in_flight)
+        yield depth
+        yield in_flight
+        yield tokens
 
 
 def _histogram(name: str, documentation: str, by_provider: dict[str, Buckets]) -> HistogramMetricFamily:

@@ -27,6 +27,20 @@ class ProviderKind(str, Enum):
     MOCK = "mock"
 
 
+class Capacity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one replica of a provider may have in flight, across every gateway process
+    (gateway.scheduling); absent limits are unlimited."""
+
+    max_concurrency: int | None = None  # requests in flight at one replica
+    max_tokens_in_flight: int | None = None  # prompt tokens + max_tokens (or a default) in flight
+    load_metrics: bool = False  # also hold dispatch while the replica's own /metrics say it is saturated
+    metrics_url: str | None = None  # default: the replica's base URL without /v1, plus /metrics
+
+    @property
+    def limited(self) -> bool:
+        return self.max_concurrency is not None or self.max_tokens_in_flight is not None or self.load_metrics
+
+
 class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     kind: ProviderKind
@@ -43,6 +57,7 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # strip for other OpenAI-compatible servers (vLLM, SGLang...).
     cache_hints: str = "auto"
     headers: dict[str, str] = {}
+    capacity: Capacity | None = None  # absent: unlimited, no queue
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -112,6 +127,29 @@ class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.max_buffered_body_bytes
 
 
+class QueueTimeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    interactive: float = 30.0
+    batch: float = 3600.0
+
+
+class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How requests wait for a replica's capacity (gateway.scheduling)."""
+
+    queue_timeout_s: QueueTimeouts = QueueTimeouts()
+    max_queued: int = 100_000  # waiting requests per provider; beyond: 429 queue_full
+    # The share of dispatches batch work keeps while interactive work waits too: never starved
+    batch_share: float = 0.1
+    # A cache key's replica is skipped once its load passes this multiple of the mean
+    # (consistent hashing with bounded loads)
+    affinity_load_bound: float = 1.25
+    metrics_interval_s: float = 0.1  # how often a `load_metrics` replica's /metrics is read
+    metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
+    # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
+    target_waiting: int = 1
+    kv_cache_high: float = 0.9  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
+    permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
+
+
 class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: tuple[Provider, ...]
     models: tuple[ModelSpec, ...]
@@ -119,6 +157,7 @@ class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     circuit: CircuitSettings = CircuitSettings()
     batches: BatchSettings = BatchSettings()
     limits: LimitSettings = LimitSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
 
     def provider(self, name: str) -> Provider:
         return next(p for p in self.providers if p.name == name)
@@ -288,6 +327,7 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.connect_timeout_s: must be positive")
         if len(set(provider.urls)) != len(provider.urls):
             raise ConfigError(f"{where}.base_urls: a replica is listed twice")
+        _check_capacity(provider.capacity, where)
     aliases: set[str] = set()
     for i, model in enumerate(catalog.models):
         where = f"{path}: models[{i}]"
@@ -313,7 +353,37 @@ def _check_references(catalog: Catalog, path: Path) -> None:
     _check_tuning(catalog, path)
 
 
+def _check_capacity(capacity: Capacity | None, where: str) -> None:
+    if capacity is None:
+        return
+    for key in ("max_concurrency", "max_tokens_in_flight"):
+        value = getattr(capacity, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{where}.capacity.{key}: must be at least 1")
+    if capacity.metrics_url is not None and not capacity.metrics_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}.capacity.metrics_url: must be an http:// or https:// URL")
+
+
+def _check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
+    checks = {
+        "scheduling.queue_timeout_s.interactive": scheduling.queue_timeout_s.interactive > 0,
+        "scheduling.queue_timeout_s.batch": scheduling.queue_timeout_s.batch > 0,
+        "scheduling.max_queued": scheduling.max_queued >= 0,
+        "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
+        "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
+        "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
+        "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
+        "scheduling.target_waiting": scheduling.target_waiting >= 0,
+        "scheduling.kv_cache_high": 0 < scheduling.kv_cache_high <= 1,
+        "scheduling.permit_lease_s": scheduling.permit_lease_s >= 1,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {key}: out of range")
+
+
 def _check_tuning(catalog: Catalog, path: Path) -> None:
+    _check_scheduling(catalog.scheduling, path)
     if catalog.retry.max_attempts < 1:
         raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
     checks = {

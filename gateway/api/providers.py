@@ -1,6 +1,9 @@
-"""`GET /admin/providers`: every deployment with its circuit state and in-flight requests."""
+"""`GET /admin/providers`: every deployment with its circuit state, in-flight requests, and each
+replica of its provider: in flight and queued here, held by every process, the server's own load."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 from litestar import Request, Response, get
@@ -9,6 +12,17 @@ from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.schemas.admin import Page
 from gateway.services import services_of
+
+
+class ReplicaLoad(msgspec.Struct):
+    url: str
+    in_flight: int  # this process's
+    tokens_in_flight: int | None = None
+    queued: dict[str, int] | None = None  # by priority class
+    max_concurrency: int | None = None
+    max_tokens_in_flight: int | None = None
+    all_processes: dict[str, int] | None = None  # in_flight and tokens_in_flight, every process
+    server_load: dict[str, Any] | None = None  # the replica's /metrics, with load_metrics
 
 
 class DeploymentHealth(msgspec.Struct):
@@ -21,6 +35,7 @@ class DeploymentHealth(msgspec.Struct):
     consecutive_failures: int
     healthy: bool
     in_flight: int
+    replicas: list[ReplicaLoad]
 
 
 @get("/admin/providers", operation_class=documented(response=json_schema(Page[DeploymentHealth])))
@@ -28,6 +43,11 @@ async def list_providers(request: Request) -> Response[bytes]:
     services = services_of(request)
     require_admin(request, services.settings.admin_key)
     rows = []
+    scheduler = services.executor.scheduler
+    replicas = {
+        name: msgspec.convert(await scheduler.snapshot(name), list[ReplicaLoad])
+        for name in scheduler.providers
+    }
     for deployment in services.table.all():
         state, failures = services.health.state_of(deployment.id)
         rows.append(
@@ -41,6 +61,7 @@ async def list_providers(request: Request) -> Response[bytes]:
                 consecutive_failures=failures,
                 healthy=state.value != "open",
                 in_flight=services.health.in_flight.get(deployment.id, 0),
+                replicas=replicas[deployment.provider.name],
             )
         )
     return Response(msgspec.json.encode({"data": rows, "next_cursor": None}), media_type="application/json")

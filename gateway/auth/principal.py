@@ -22,6 +22,7 @@ class Principal:
     key_budget_usd: Decimal | None = None
     team_budget_usd: Decimal | None = None
     expires_at: float | None = None  # unix seconds
+    team_weight: float = 1.0  # the team's share of a busy upstream (gateway.scheduling.fair_queue)
 
     @property
     def unlimited(self) -> bool:

@@ -29,6 +29,9 @@ def add_team_parsers(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--budget-usd", type=Decimal, help="monthly budget in USD")
     create.add_argument("--rpm", type=int, help="requests per minute")
     create.add_argument("--tpm", type=int, help="tokens per minute")
+    create.add_argument(
+        "--weight", type=float, default=1.0, help="share of a busy upstream against other teams (default 1)"
+    )
     create.set_defaults(func=cmd_teams_create)
 
     listing = actions.add_parser("list", help="list teams")
@@ -45,6 +48,7 @@ def cmd_teams_create(args: argparse.Namespace) -> int:
                 "monthly_budget_usd": args.budget_usd,
                 "rpm_limit": args.rpm,
                 "tpm_limit": args.tpm,
+                "weight": args.weight,
             },
             TeamCreate,
         )
@@ -70,7 +74,7 @@ def cmd_teams_list(_: argparse.Namespace) -> int:
     return run_in_transaction(work)
 
 
-_TEAM_HEADERS = ["ID", "NAME", "MODELS", "REGIONS", "BUDGET_USD", "RPM", "TPM", "CREATED"]
+_TEAM_HEADERS = ["ID", "NAME", "MODELS", "REGIONS", "BUDGET_USD", "RPM", "TPM", "WEIGHT", "CREATED"]
 
 
 def _team_row(team: Team) -> list[str]:
@@ -82,5 +86,6 @@ def _team_row(team: Team) -> list[str]:
         or_dash(team.monthly_budget_usd),
         or_dash(team.rpm_limit),
         or_dash(team.tpm_limit),
+        f"{team.weight:g}",
         when(team.created_at),
     ]

@@ -127,4 +127,5 @@ def principal_of(key: ApiKey, team: Team) -> Principal:
         key_budget_usd=key.monthly_budget_usd,
         team_budget_usd=team.monthly_budget_usd,
         expires_at=as_utc(key.expires_at).timestamp() if key.expires_at is not None else None,
+        team_weight=team.weight,
     )

@@ -6,7 +6,19 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import JSON, BigInteger, DateTime, ForeignKey, Index, Integer, Numeric, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.db.base import Base
@@ -24,6 +36,8 @@ class Team(Base):
     monthly_budget_usd: Mapped[Decimal | None] = mapped_column(Money, default=None)
     rpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
     tpm_limit: Mapped[int | None] = mapped_column(Integer, default=None)
+    # the team's share of a busy upstream relative to the other waiting teams (gateway.scheduling)
+    weight: Mapped[float] = mapped_column(Float, default=1.0, server_default=text("1"))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)

@@ -65,6 +65,7 @@ async def create_team(session: AsyncSession, spec: TeamCreate) -> Team:
         monthly_budget_usd=spec.monthly_budget_usd,
         rpm_limit=spec.rpm_limit,
         tpm_limit=spec.tpm_limit,
+        weight=spec.weight,
         created_at=now,
         updated_at=now,
     )

@@ -12,7 +12,6 @@ what had arrived, so that the work the upstream did is metered.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -32,10 +31,11 @@ from gateway.providers.base import (
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
-from gateway.routing.policy import rendezvous_pick
+from gateway.scheduling.gate import Grant
+from gateway.scheduling.scheduler import Scheduler
+from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
-MOCK_BASE_URL = "http://mock.invalid/v1"
 T = TypeVar("T")
 
 
@@ -55,6 +55,7 @@ class Attempts:
 
     count: int = 0
     upstream_s: float = 0.0  # time spent waiting on the upstream (the gateway's overhead excludes it)
+    queue_s: float = 0.0  # time spent waiting for capacity (excluded from the overhead too)
     ttft_s: float | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -69,6 +70,7 @@ class Executor:
         network: UpstreamClient,
         *,
         mock: UpstreamClient | None = None,
+        scheduler: Scheduler | None = None,
         rng: random.Random | None = None,
     ) -> None:
         if mock is None and any(p.kind is ProviderKind.MOCK for p in catalog.providers):
@@ -79,12 +81,11 @@ class Executor:
         self._rng = rng or random.Random()
         self._network = network
         self._mock = mock
-        # Per provider, resolved once rather than on every request.
-        self._urls = {p.name: p.urls or (MOCK_BASE_URL,) for p in catalog.providers}
-        self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}
-        self._round_robin = {name: itertools.cycle(urls) for name, urls in self._urls.items()}
+        self.scheduler = scheduler or Scheduler(catalog)
+        self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}  # resolved once
 
     async def aclose(self) -> None:
+        await self.scheduler.aclose()
         await self._network.aclose()
         if self._mock is not None:
             await self._mock.aclose()
@@ -94,18 +95,12 @@ class Executor:
             return self._mock
         return self._network
 
-    def _base_url(self, provider: Provider, cache_key: str | None) -> str:
-        urls = self._urls.get(provider.name) or provider.urls or (MOCK_BASE_URL,)
-        if len(urls) == 1:
-            return urls[0]
-        if cache_key is not None:
-            return rendezvous_pick(cache_key, urls)  # replica affinity keeps a prefix cache warm
-        return next(self._round_robin[provider.name])
-
-    def _build(self, deployment: Deployment, call: UpstreamCall) -> tuple[ProviderAdapter, UpstreamRequest]:
+    def _build(
+        self, deployment: Deployment, call: UpstreamCall, grant: Grant
+    ) -> tuple[ProviderAdapter, UpstreamRequest]:
         provider = deployment.provider
         adapter = self._adapters.get(provider.name) or adapter_for(provider.kind)
-        return adapter, adapter.build_request(call, provider, self._base_url(provider, call.cache_key))
+        return adapter, adapter.build_request(call, provider, grant.base_url)
 
     async def _open(self, provider: Provider, request: UpstreamRequest) -> Reply:
         return await self._client_for(provider).request(
@@ -118,31 +113,49 @@ class Executor:
         )
 
     async def send(
-        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+        self,
+        deployment: Deployment,
+        call: UpstreamCall,
+        attempts: Attempts,
+        max_attempts: int,
+        ticket: Ticket = UNSCHEDULED,
     ) -> UpstreamResponse:
         """A non-streaming request, retried on this deployment while the failure allows."""
-        adapter, request = self._build(deployment, call)
 
-        async def once() -> UpstreamResponse:
-            with self._in_flight(deployment.id):
-                body = await self._exchange(deployment.provider, request, adapter)
-            return adapter.parse_response(call, body)
+        async def once(grant: Grant) -> UpstreamResponse:
+            adapter, request = self._build(deployment, call, grant)
+            try:
+                with self._in_flight(deployment.id):
+                    body = await self._exchange(deployment.provider, request, adapter)
+                response = adapter.parse_response(call, body)
+            except BaseException:
+                grant.release()
+                raise
+            grant.release(response.usage)
+            return response
 
-        return await self._retrying(deployment, attempts, max_attempts, once)
+        return await self._retrying(deployment, call, ticket, attempts, max_attempts, once)
 
     async def _retrying(
         self,
         deployment: Deployment,
+        call: UpstreamCall,
+        ticket: Ticket,
         attempts: Attempts,
         max_attempts: int,
-        once: Callable[[], Awaitable[T]],
+        once: Callable[[Grant], Awaitable[T]],
     ) -> T:
-        """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out."""
+        """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out.
+
+        Each attempt first takes a permit from the scheduler (waiting for one if the replicas are
+        at capacity); `once` owns it from then on and releases it when the request has ended."""
         for attempt in range(1, max_attempts + 1):
+            grant = await self.scheduler.enter(deployment.provider, call.cache_key, ticket)
+            attempts.queue_s += grant.queue_s
             attempts.count += 1
             started = time.perf_counter()
             try:
-                result = await once()
+                result = await once(grant)
             except UpstreamError as exc:
                 attempts.upstream_s += time.perf_counter() - started
                 attempts.errors.append(exc.code or exc.type)
@@ -158,8 +171,8 @@ class Executor:
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _in_flight(self, deployment_id: str) -> InFlight:
-        return InFlight(self._health.in_flight, deployment_id)
+    def _in_flight(self, deployment_id: str, grant: Grant | None = None) -> InFlight:
+        return InFlight(self._health.in_flight, deployment_id, grant)
 
     async def _exchange(
         self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
@@ -183,20 +196,24 @@ class Executor:
             await reply.aclose()
 
     async def open_stream(
-        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+        self,
+        deployment: Deployment,
+        call: UpstreamCall,
+        attempts: Attempts,
+        max_attempts: int,
+        ticket: Ticket = UNSCHEDULED,
     ) -> OpenStream:
-        """Start a stream and read it up to its first frames; failures before then may be retried."""
-        adapter, request = self._build(deployment, call)
+        """Start a stream and read it up to its first frames; failures before then may be retried.
+        The stream holds its permit until it is closed."""
 
-        async def once() -> OpenStream:
-            return await self._first_frames(request, adapter, deployment, call)
+        async def once(grant: Grant) -> OpenStream:
+            return await self._first_frames(deployment, call, grant)
 
-        return await self._retrying(deployment, attempts, max_attempts, once)
+        return await self._retrying(deployment, call, ticket, attempts, max_attempts, once)
 
-    async def _first_frames(
-        self, request: UpstreamRequest, adapter: ProviderAdapter, deployment: Deployment, call: UpstreamCall
-    ) -> OpenStream:
-        in_flight = self._in_flight(deployment.id)
+    async def _first_frames(self, deployment: Deployment, call: UpstreamCall, grant: Grant) -> OpenStream:
+        adapter, request = self._build(deployment, call, grant)
+        in_flight = self._in_flight(deployment.id, grant)
         try:
             reply = await self._open(deployment.provider, request)
         except BaseException:

@@ -87,7 +87,7 @@ class OpenStream:
         if self.closed:
             return
         self.closed = True
-        self.in_flight.release()
+        self.in_flight.release(self.translator.usage)
         try:
             await self.chunks.aclose()
         finally:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Mapping
 from typing import Protocol
 
+from gateway.providers.base import TokenUsage
+from gateway.scheduling.gate import Grant
+
 
 class Reply(Protocol):
     """An upstream's answer: status and headers (lower-case names), then the body as it arrives."""
@@ -49,12 +52,13 @@ class UpstreamClient(Protocol):
 
 
 class InFlight:
-    """One request counted as in flight on a deployment until `release()` (idempotent)."""
+    """One request counted as in flight on a deployment until `release()` (idempotent), holding
+    the scheduler's permit for it (`gateway.scheduling.gate.Grant`), if any, until then."""
 
-    __slots__ = ("_counts", "_deployment", "_held")
+    __slots__ = ("_counts", "_deployment", "_grant", "_held")
 
-    def __init__(self, counts: dict[str, int], deployment: str) -> None:
-        self._counts, self._deployment, self._held = counts, deployment, True
+    def __init__(self, counts: dict[str, int], deployment: str, grant: Grant | None = None) -> None:
+        self._counts, self._deployment, self._grant, self._held = counts, deployment, grant, True
         counts[deployment] = counts.get(deployment, 0) + 1
 
     def __enter__(self) -> InFlight:
@@ -63,7 +67,10 @@ class InFlight:
     def __exit__(self, *_: object) -> None:
         self.release()
 
-    def release(self) -> None:
+    def release(self, usage: TokenUsage | None = None) -> None:
+        """`usage`: what the request used, if known (the scheduler charges its team with it)."""
         if self._held:
             self._held = False
             self._counts[self._deployment] -= 1
+            if self._grant is not None:
+                self._grant.release(usage)

@@ -39,11 +39,17 @@ class Reservations:
         self, model: str, body_bytes: int, max_output_tokens: int | None, choices: int = 1
     ) -> Reservation:
         """`max_output_tokens`: what the request allows a choice (None: unset, so the default)."""
-        prompt = estimated_tokens(body_bytes)  # the whole JSON body: a bound on the prompt
-        per_choice = self.default_max_tokens if max_output_tokens is None else max_output_tokens
-        output = max(per_choice, 0) * max(choices, 1)
-        usage = TokenUsage(prompt_tokens=prompt, completion_tokens=output)
+        usage = self.tokens(body_bytes, max_output_tokens, choices)
         # An unknown alias reserves no cost: routing refuses it before any upstream is reached.
         costs = [tariff.cost(usage) for tariff in self._tariffs.get(model, ())]
         units = units_at_most(max(costs)) if costs else 0
-        return Reservation(tokens=prompt + output, units=min(units, MAX_REQUEST_UNITS))
+        return Reservation(
+            tokens=usage.prompt_tokens + usage.completion_tokens, units=min(units, MAX_REQUEST_UNITS)
+        )
+
+    def tokens(self, body_bytes: int, max_output_tokens: int | None, choices: int = 1) -> TokenUsage:
+        """The prompt (~4 bytes of the whole JSON body a token: a bound on it) and the most output
+        the request allows: what it may use, before it has used anything."""
+        per_choice = self.default_max_tokens if max_output_tokens is None else max_output_tokens
+        output = max(per_choice, 0) * max(choices, 1)
+        return TokenUsage(prompt_tokens=estimated_tokens(body_bytes), completion_tokens=output)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.principal import Principal
 from gateway.dispatch.stream import OpenStream
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, QueueFull, QueueTimeout
 from gateway.limits import Limiter, Reservation, Reservations
 from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
@@ -25,6 +25,7 @@ from gateway.proxy.request import parse_request
 from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
+from gateway.scheduling.ticket import Ticket
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -48,13 +49,21 @@ new_request_id = RequestIds()
 os.register_at_fork(after_in_child=new_request_id.draw)
 
 
-def gateway_headers(request_id: str, deployment: Deployment, overhead_s: float) -> dict[str, str]:
+def gateway_headers(
+    request_id: str, deployment: Deployment, overhead_s: float, queue_s: float
+) -> dict[str, str]:
     return {
         "x-request-id": request_id,
         "x-gateway-provider": deployment.provider.name,
         "x-gateway-region": deployment.region,
         "x-gateway-overhead-ms": f"{overhead_s * 1000:.3f}",
+        "x-gateway-queue-ms": f"{queue_s * 1000:.3f}",
     }
+
+
+def queue_header(queue_s: float) -> dict[str, str]:
+    """How long a request waited for capacity, on an error reply too."""
+    return {"x-gateway-queue-ms": f"{queue_s * 1000:.3f}"}
 
 
 @dataclass(slots=True)
@@ -107,7 +116,15 @@ class ProxyPipeline:
             )
         )
         admission = await self.limiter.admit(principal, reservation)
-        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, admission=admission)
+        allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
+        ticket = Ticket(
+            principal.team_id,
+            principal.team_weight,
+            directives.priority_class,
+            allowed.prompt_tokens,
+            allowed.prompt_tokens + allowed.completion_tokens,
+        )
+        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, ticket, admission=admission)
         outcome: OpenStream | Completed
         try:
             if parsed.stream:
@@ -116,13 +133,15 @@ class ProxyPipeline:
                 outcome = await self.proxy.complete(ctx)
         except BaseException as exc:  # a cancelled request too: its reservation must not linger
             if isinstance(exc, GatewayError):
-                exc.headers = admission.headers | exc.headers
+                exc.headers = admission.headers | queue_header(ctx.attempts.queue_s) | exc.headers
+            if isinstance(exc, (QueueFull, QueueTimeout)) and ctx.deployment is not None:
+                self.metrics.requests_shed.labels(ctx.deployment.provider.name, exc.code).inc()
             if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
                 await self.limiter.release(principal, admission)
             raise
-        overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s
+        overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s - ctx.attempts.queue_s
         self.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
-        answer = gateway_headers(exchange.request_id, outcome.deployment, overhead)
+        answer = gateway_headers(exchange.request_id, outcome.deployment, overhead, ctx.attempts.queue_s)
         if isinstance(outcome, OpenStream):
             return ProxyResult(
                 answer | SSE_HEADERS | admission.headers, stream=self.proxy.relay(ctx, outcome)

@@ -40,6 +40,7 @@ from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import PinStore
 from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
+from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import RetrySettings
 
 log = structlog.get_logger("gateway.proxy")
@@ -66,11 +67,21 @@ class Dispatcher(Protocol):
     """What the service asks of the executor (`gateway.dispatch.executor.Executor`)."""
 
     async def send(
-        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+        self,
+        deployment: Deployment,
+        call: UpstreamCall,
+        attempts: Attempts,
+        max_attempts: int,
+        ticket: Ticket,
     ) -> UpstreamResponse: ...
 
     async def open_stream(
-        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+        self,
+        deployment: Deployment,
+        call: UpstreamCall,
+        attempts: Attempts,
+        max_attempts: int,
+        ticket: Ticket,
     ) -> OpenStream: ...
 
 
@@ -82,6 +93,7 @@ class ProxyContext:
     principal: Principal
     parsed: ParsedRequest
     directives: Directives
+    ticket: Ticket = UNSCHEDULED  # what the scheduler is asked for at each attempt
     admission: Admission | None = None  # what the limiter reserved; the usage event settles it
     created_at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
@@ -195,7 +207,8 @@ class ProxyService:
             bound = plan.pinned or not candidates
             max_attempts = self._retry.max_attempts if bound else 1
             try:
-                result = await attempt(deployment, self._call(ctx, deployment), ctx.attempts, max_attempts)
+                call = self._call(ctx, deployment)
+                result = await attempt(deployment, call, ctx.attempts, max_attempts, ctx.ticket)
             except UpstreamError as exc:
                 last_error = exc
                 if not exc.retryable:

@@ -12,7 +12,15 @@ from gateway.errors import DirectiveConflict, InvalidRequest
 
 BATCH_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CACHE_KEY_MAX = 256
-_BODY_FIELDS = frozenset({"batch", "region", "provider", "fallback", "cache_key"})
+_BODY_FIELDS = frozenset({"batch", "region", "provider", "fallback", "cache_key", "priority"})
+
+
+class Priority(str, Enum):
+    """The scheduling class (gateway.scheduling): interactive work goes first; batch work waits,
+    but keeps a share."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
 
 
 class Fallback(str, Enum):
@@ -29,6 +37,13 @@ class Directives:
     providers: tuple[str, ...] = ()
     fallback: Fallback = Fallback.BATCH
     cache_key: str | None = None
+    priority: Priority | None = None  # None: batch for a request with a batch id, else interactive
+
+    @property
+    def priority_class(self) -> Priority:
+        if self.priority is not None:
+            return self.priority
+        return Priority.BATCH if self.batch is not None else Priority.INTERACTIVE
 
 
 NO_DIRECTIVES = Directives()
@@ -39,7 +54,7 @@ def parse_directives(headers: Mapping[str, str], body_object: Any) -> Directives
     from_headers = _from_headers(headers)
     from_body = _from_body(body_object)
     merged: dict[str, Any] = {}
-    for name in ("batch", "region", "providers", "fallback", "cache_key"):
+    for name in ("batch", "region", "providers", "fallback", "cache_key", "priority"):
         header_value, body_value = from_headers.get(name), from_body.get(name)
         if header_value is not None and body_value is not None and header_value != body_value:
             raise DirectiveConflict(
@@ -69,6 +84,8 @@ def _from_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         found["fallback"] = _fallback(fallback.strip(), "X-Gateway-Fallback")
     if (cache_key := headers.get("x-gateway-cache-key")) is not None:
         found["cache_key"] = _cache_key(cache_key.strip(), "X-Gateway-Cache-Key")
+    if (priority := headers.get("x-gateway-priority")) is not None:
+        found["priority"] = _priority(priority.strip(), "X-Gateway-Priority")
     return found
 
 
@@ -101,6 +118,8 @@ def _from_body(obj: Any) -> dict[str, Any]:
         found["fallback"] = _fallback(_string(obj["fallback"], "gateway.fallback"), "gateway.fallback")
     if obj.get("cache_key") is not None:
         found["cache_key"] = _cache_key(_string(obj["cache_key"], "gateway.cache_key"), "gateway.cache_key")
+    if obj.get("priority") is not None:
+        found["priority"] = _priority(_string(obj["priority"], "gateway.priority"), "gateway.priority")
     return found
 
 
@@ -135,6 +154,13 @@ def _fallback(value: str, param: str) -> Fallback:
         return Fallback(value)
     except ValueError:
         raise InvalidRequest(f"{param} must be 'batch' or 'never'", param=param) from None
+
+
+def _priority(value: str, param: str) -> Priority:
+    try:
+        return Priority(value)
+    except ValueError:
+        raise InvalidRequest(f"{param} must be 'interactive' or 'batch'", param=param) from None
 
 
 def _cache_key(value: str, param: str) -> str:

@@ -145,9 +145,10 @@ def rendezvous_choice(key: str, deployments: Sequence[Deployment]) -> Deployment
     return max(deployments, key=lambda d: _score(key, d.id, d.weight))
 
 
-def rendezvous_pick(key: str, names: Sequence[str]) -> str:
-    """The same rule over plain names (replica URLs): losing one name moves only its keys."""
-    return max(names, key=lambda n: _score(key, n, 1.0))
+def rendezvous_order(key: str, names: Sequence[str]) -> list[int]:
+    """The indexes of `names` by the key's preference: where it goes, then where it overflows;
+    losing one name moves only its keys."""
+    return sorted(range(len(names)), key=lambda i: _score(key, names[i], 1.0), reverse=True)
 
 
 def _score(key: str, name: str, weight: float) -> float:

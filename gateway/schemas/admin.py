@@ -21,6 +21,9 @@ PRINTABLE = r"^[^\x00-\x1f\x7f]*(?!\n)$"
 Name = Annotated[str, Meta(min_length=1, max_length=200, pattern=PRINTABLE)]
 Id = Annotated[str, Meta(min_length=1, max_length=200, pattern=PRINTABLE)]
 Limit = Annotated[int, Meta(ge=1, le=2**31 - 1)]  # the columns are 32-bit integers
+# The fair queue divides the tokens a team is served by its weight: bounded both ways, the
+# quotient stays finite and no team's share can round another's to nothing.
+Weight = Annotated[float, Meta(ge=0.001, le=1_000_000)]
 Names = list[Name]
 AwareDatetime = Annotated[datetime, Meta(tz=True)]
 ExpiresInS = Annotated[int, Meta(ge=1, le=100 * 366 * 86_400)]  # a century: beyond it dates overflow
@@ -58,6 +61,7 @@ class TeamCreate(Struct, forbid_unknown_fields=True):
     monthly_budget_usd: Decimal | None = None  # a decimal string ("100.50") or a number
     rpm_limit: Limit | None = None
     tpm_limit: Limit | None = None
+    weight: Weight = 1.0
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
@@ -70,6 +74,7 @@ class TeamUpdate(Struct, forbid_unknown_fields=True):
     monthly_budget_usd: Decimal | UnsetType | None = UNSET
     rpm_limit: Limit | UnsetType | None = UNSET
     tpm_limit: Limit | UnsetType | None = UNSET
+    weight: Weight | UnsetType = UNSET  # never null: every team has a share
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
@@ -83,6 +88,7 @@ class TeamOut(Struct):
     monthly_budget_usd: Decimal | None  # encoded as a decimal string
     rpm_limit: int | None
     tpm_limit: int | None
+    weight: float
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None

@@ -25,6 +25,7 @@ def team_out(team: Team) -> TeamOut:
         monthly_budget_usd=money(team.monthly_budget_usd),
         rpm_limit=team.rpm_limit,
         tpm_limit=team.tpm_limit,
+        weight=team.weight,
         created_at=as_utc(team.created_at),
         updated_at=as_utc(team.updated_at),
         deleted_at=as_utc(team.deleted_at) if team.deleted_at else None,

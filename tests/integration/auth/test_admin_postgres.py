@@ -85,6 +85,36 @@ async def test_team_and_key_lifecycle_on_postgres(
         listener.cancel()
 
 
+async def test_a_weight_patch_reaches_another_process(
+    client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    redis_clients: tuple[Redis, Redis],
+    channel: str,
+) -> None:
+    team = (await client.post("/admin/teams", headers=ADMIN, json={"name": "weighted", "weight": 2})).json()
+    assert team["weight"] == 2
+    key = (await client.post("/admin/keys", headers=ADMIN, json={"team_id": team["id"], "name": "k"})).json()
+
+    other_process = KeyCache(
+        key_state_loader(sessions), ttl_s=3600.0, redis=redis_clients[1], channel=channel
+    )
+    listener = asyncio.create_task(other_process.run_invalidation_listener())
+    try:
+        await asyncio.wait_for(other_process.subscribed.wait(), 2.0)
+        assert (await other_process.authenticate(f"Bearer {key['key']}")).team_weight == 2
+
+        patched = await client.patch(f"/admin/teams/{team['id']}", headers=ADMIN, json={"weight": 0.5})
+        assert patched.json()["weight"] == 0.5
+        for _ in range(200):
+            if (await other_process.authenticate(f"Bearer {key['key']}")).team_weight == 0.5:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the other process still sees the old weight after 2 s")
+    finally:
+        listener.cancel()
+
+
 async def test_concurrent_creates_of_one_name_yield_one_team(client: Client) -> None:
     responses = await asyncio.gather(
         *(client.post("/admin/teams", headers=ADMIN, json={"name": "racing"}) for _ in range(8))

@@ -38,7 +38,17 @@ async def test_teams_and_keys_from_the_command_line(
     database_url: str, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     made = gateway(
-        database_url, "teams", "create", "--name", "nlp", "--allowed-models", "a,b", "--budget-usd", "50"
+        database_url,
+        "teams",
+        "create",
+        "--name",
+        "nlp",
+        "--allowed-models",
+        "a,b",
+        "--budget-usd",
+        "50",
+        "--weight",
+        "2.5",
     )
     assert made.returncode == 0, made.stderr
     assert "nlp" in made.stdout
@@ -51,6 +61,12 @@ async def test_teams_and_keys_from_the_command_line(
     assert teams.returncode == 0
     assert "a,b" in teams.stdout
     assert "50" in teams.stdout
+    assert "WEIGHT" in teams.stdout
+    assert "2.5" in teams.stdout
+
+    weightless = gateway(database_url, "teams", "create", "--name", "zero", "--weight", "0")
+    assert weightless.returncode == 1
+    assert "weight" in weightless.stderr
 
     issued = gateway(
         database_url, "keys", "create", "--team", "nlp", "--name", "batch", "--expires-in-days", "7"

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from gateway.db.migrate import alembic_config, upgrade_head_async
 from gateway.db.session import create_engine
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
-from tests.unit.db.test_migrate import HEAD, schema_diffs
+from tests.unit.db.test_migrate import HEAD, TEAM_AT_0002, migrate, schema_diffs, team_columns
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +70,29 @@ async def test_the_token_columns_widen_under_existing_records() -> None:
     await drop_database(database)
     assert counts == {"old": 7, "new": 3_000_000_000}
     assert diffs == []
+
+
+async def test_teams_at_0002_get_weight_one_and_the_downgrade_drops_it() -> None:
+    database = "gateway_test_metering_migrate_weight"
+    await create_database(database)
+    url = pg_url(database)
+    await migrate(url, command.upgrade, "0002")
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(TEAM_AT_0002))
+
+    await upgrade_head_async(url)
+    async with engine.connect() as connection:
+        upgraded = tuple((await connection.execute(text("SELECT rpm_limit, weight FROM teams"))).one())
+        diffs = await connection.run_sync(schema_diffs)
+
+    await migrate(url, command.downgrade, "0002")
+    async with engine.connect() as connection:
+        columns = await team_columns(connection)
+        names = (await connection.execute(text("SELECT name FROM teams"))).scalars().all()
+    await engine.dispose()
+    await drop_database(database)
+    assert upgraded == (60, 1.0)
+    assert diffs == []
+    assert "weight" not in columns
+    assert names == ["old"]

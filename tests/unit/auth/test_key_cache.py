@@ -51,6 +51,14 @@ async def test_a_valid_key_yields_its_principal(sessions: Sessions) -> None:
     assert principal.allowed_models == {"llama"}  # key and team lists intersected
     assert principal.allowed_regions is None
     assert (principal.team_rpm, principal.key_tpm) == (100, 5000)
+    assert principal.team_weight == 1.0  # the default share
+
+
+async def test_the_principal_carries_its_teams_weight(sessions: Sessions) -> None:
+    team = await add_team(sessions, weight=2.5)
+    _, secret = await add_key(sessions, team.id)
+    principal = await KeyCache(keys.key_state_loader(sessions)).authenticate(f"Bearer {secret}")
+    assert principal.team_weight == 2.5
 
 
 async def test_the_second_call_does_not_query_the_database(sessions: Sessions, queries: QueryCounter) -> None:

@@ -3,25 +3,52 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 import gateway.db.models  # noqa: F401  (registers the tables)
 from gateway.db.base import Base
 from gateway.db.migrate import alembic_config, migrations_dir, upgrade_head, upgrade_head_async
 from gateway.db.session import create_engine
 
-HEAD = "0002"  # the newest revision under migrations/versions
+HEAD = "0003"  # the newest revision under migrations/versions
 
 
 def schema_diffs(connection: Connection) -> list[object]:
     context = MigrationContext.configure(connection, opts={"compare_type": True})
     return list(compare_metadata(context, Base.metadata))
+
+
+async def migrate(url: str, step: Callable[..., None], revision: str) -> None:
+    """`command.upgrade` or `command.downgrade` to `revision`, committed."""
+    engine = create_engine(url)
+
+    def run(connection: Connection) -> None:
+        config = alembic_config(url)
+        config.attributes["connection"] = connection
+        step(config, revision)
+
+    async with engine.begin() as connection:
+        await connection.run_sync(run)
+    await engine.dispose()
+
+
+TEAM_AT_0002 = (
+    "INSERT INTO teams (id, name, rpm_limit, created_at, updated_at) "
+    "VALUES ('team_old', 'old', 60, '2026-12-01 00:00:00', '2026-12-01 00:00:00')"
+)
+
+
+async def team_columns(connection: AsyncConnection) -> set[str]:
+    return await connection.run_sync(lambda sync: {c["name"] for c in inspect(sync).get_columns("teams")})
 
 
 async def inspect_database(url: str) -> tuple[list[object], set[str], str | None]:
@@ -59,3 +86,38 @@ async def test_upgrading_twice_changes_nothing(tmp_path: Path) -> None:
 
     diffs, _, version = await inspect_database(url)
     assert (diffs, version) == ([], HEAD)
+
+
+async def test_teams_of_an_existing_database_get_weight_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    await migrate(url, command.upgrade, "0002")
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(TEAM_AT_0002))
+
+    await upgrade_head_async(url)
+
+    async with engine.connect() as connection:
+        row = (await connection.execute(text("SELECT rpm_limit, weight FROM teams"))).one()
+    diffs, _, version = await inspect_database(url)
+    await engine.dispose()
+    assert tuple(row) == (60, 1.0)
+    assert (diffs, version) == ([], HEAD)
+
+
+async def test_the_weight_downgrade_drops_the_column_and_keeps_the_teams(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    await upgrade_head_async(url)
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(TEAM_AT_0002))
+
+    await migrate(url, command.downgrade, "0002")
+
+    async with engine.connect() as connection:
+        columns = await team_columns(connection)
+        names = (await connection.execute(text("SELECT name FROM teams"))).scalars().all()
+    await engine.dispose()
+    assert "weight" not in columns
+    assert {"rpm_limit", "tpm_limit"} <= columns
+    assert names == ["old"]

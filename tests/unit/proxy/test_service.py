@@ -31,6 +31,7 @@ from gateway.routing.directives import Directives, Fallback
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
 from gateway.routing.policy import rendezvous_choice
+from gateway.scheduling.ticket import Ticket
 from gateway.settings import CircuitSettings, RetrySettings
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import CHAT, TABLE, principal
@@ -49,7 +50,12 @@ class FakeExecutor:
     sent: list[str] = field(default_factory=list)
 
     async def send(
-        self, deployment: Deployment, call: UpstreamCall, attempts: Attempts, max_attempts: int
+        self,
+        deployment: Deployment,
+        call: UpstreamCall,
+        attempts: Attempts,
+        max_attempts: int,
+        ticket: Ticket,
     ) -> UpstreamResponse:
         for _ in range(max_attempts):
             attempts.count += 1

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import DirectiveConflict, InvalidRequest
-from gateway.routing.directives import NO_DIRECTIVES, Directives, Fallback, parse_directives
+from gateway.routing.directives import NO_DIRECTIVES, Directives, Fallback, Priority, parse_directives
 
 HEADERS = {
     "x-gateway-batch": "run-42:part.1_a-b",
@@ -137,9 +137,36 @@ def test_unknown_body_directive_lists_the_known_ones() -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_directives({}, {"bacth": "b"})
     assert "bacth" in caught.value.message
-    assert "batch, cache_key, fallback, provider, region" in caught.value.message
+    assert "batch, cache_key, fallback, priority, provider, region" in caught.value.message
 
 
 def test_batch_id_boundaries() -> None:
     assert parse_directives({"x-gateway-batch": "x" * 128}, None).batch == "x" * 128
     assert parse_directives({"x-gateway-batch": " padded "}, None).batch == "padded"
+
+
+def test_priority_from_header_or_body_and_its_default() -> None:
+    assert parse_directives({"x-gateway-priority": "batch"}, None).priority_class is Priority.BATCH
+    assert (
+        parse_directives({}, {"priority": "interactive", "batch": "b1"}).priority_class
+        is Priority.INTERACTIVE
+    )
+    assert parse_directives({"x-gateway-batch": "b1"}, None).priority_class is Priority.BATCH
+    assert parse_directives({}, None).priority_class is Priority.INTERACTIVE
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "param"),
+    [
+        ({"x-gateway-priority": "urgent"}, None, "X-Gateway-Priority"),
+        ({}, {"priority": "low"}, "gateway.priority"),
+        ({}, {"priority": 1}, "gateway.priority"),
+        ({"x-gateway-priority": "batch"}, {"priority": "interactive"}, "gateway.priority"),
+    ],
+)
+def test_an_unknown_or_conflicting_priority_is_a_400(
+    headers: dict[str, str], body: dict[str, object] | None, param: str
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_directives(headers, body)
+    assert caught.value.status == 400 and caught.value.param == param

@@ -14,7 +14,7 @@ from gateway.routing.policy import (
     eligible_deployments,
     plan_route,
     rendezvous_choice,
-    rendezvous_pick,
+    rendezvous_order,
     weighted_order,
 )
 from tests.unit.routing.catalog import CHAT, TABLE, principal
@@ -226,13 +226,16 @@ def test_rendezvous_remaps_only_what_the_lost_deployment_held() -> None:
     assert all(before[k] == CHAT["claude-us"].id for k in moved)
 
 
-def test_rendezvous_pick_over_replica_urls() -> None:
+def test_rendezvous_order_over_replica_urls() -> None:
     urls = ["http://r1", "http://r2", "http://r3"]
     keys = [f"prefix-{i}" for i in range(1_000)]
-    before = {k: rendezvous_pick(k, urls) for k in keys}
+    before = {k: urls[rendezvous_order(k, urls)[0]] for k in keys}
     assert set(before.values()) == set(urls)
-    after = {k: rendezvous_pick(k, ["http://r1", "http://r3"]) for k in keys}
+    survivors = ["http://r1", "http://r3"]
+    after = {k: survivors[rendezvous_order(k, survivors)[0]] for k in keys}
     assert all(after[k] == before[k] for k in keys if before[k] != "http://r2")
+    # A key whose replica went goes where its own order overflowed to.
+    assert all(after[k] == urls[rendezvous_order(k, urls)[1]] for k in keys if before[k] == "http://r2")
 
 
 # --- batch placement ----------------------------------------------------------------------------

@@ -33,11 +33,24 @@ async def test_create_and_read_a_team(client: Client) -> None:
     assert team["allowed_models"] == ["gpt-4o"]
     assert team["monthly_budget_usd"] == "1000.5"  # exact, as a decimal string
     assert team["tpm_limit"] is None
+    assert team["weight"] == 1  # the default share
     assert team["created_at"].endswith(("Z", "+00:00"))
 
     fetched = await client.get(f"/admin/teams/{team['id']}", headers=ADMIN)
     assert fetched.status_code == 200
     assert fetched.json() == team
+
+
+async def test_a_weight_is_stored_shown_and_patched(client: Client) -> None:
+    team = await create_team(client, weight=2, rpm_limit=60)
+    assert team["weight"] == 2
+    assert (await client.get(f"/admin/teams/{team['id']}", headers=ADMIN)).json()["weight"] == 2
+
+    response = await client.patch(f"/admin/teams/{team['id']}", headers=ADMIN, json={"weight": 0.25})
+    assert response.status_code == 200
+    assert (response.json()["weight"], response.json()["rpm_limit"]) == (0.25, 60)
+    listed = (await client.get("/admin/teams", headers=ADMIN)).json()["data"]
+    assert [t["weight"] for t in listed] == [0.25]
 
 
 async def test_a_budget_may_be_a_json_number(client: Client) -> None:
@@ -69,6 +82,14 @@ async def test_a_duplicate_name_is_409(client: Client) -> None:
         ({"name": "x", "monthly_budget_usd": "-1"}, "monthly_budget_usd"),
         ({"name": "x", "monthly_budget_usd": "lots"}, "monthly_budget_usd"),
         ({"name": "x", "monthly_budget_usd": "NaN"}, "monthly_budget_usd"),
+        ({"name": "x", "weight": 0}, "weight"),
+        ({"name": "x", "weight": -1}, "weight"),
+        ({"name": "x", "weight": 0.0001}, "weight"),
+        ({"name": "x", "weight": 1e308}, "weight"),
+        ({"name": "x", "weight": "x"}, "weight"),
+        ({"name": "x", "weight": "2"}, "weight"),
+        ({"name": "x", "weight": True}, "weight"),
+        ({"name": "x", "weight": None}, "weight"),
     ],
 )
 async def test_invalid_bodies_are_400_naming_the_field(
@@ -80,6 +101,12 @@ async def test_invalid_bodies_are_400_naming_the_field(
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert error["message"].startswith("Invalid request body")
+
+
+async def test_a_weight_past_the_float_range_is_400_naming_it(client: Client) -> None:
+    response = await client.post("/admin/teams", headers=ADMIN, content=b'{"name": "x", "weight": 1e400}')
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "weight"
 
 
 @pytest.mark.parametrize("content", [b"", b"{", b"[1, 2]"])
@@ -107,6 +134,23 @@ async def test_patch_cannot_null_the_name(client: Client) -> None:
     response = await client.patch(f"/admin/teams/{team['id']}", headers=ADMIN, json={"name": None})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "name"
+
+
+@pytest.mark.parametrize("weight", [None, 0, -1, "x"])
+async def test_patch_refuses_a_weight_that_is_not_a_positive_number(client: Client, weight: object) -> None:
+    team = await create_team(client, weight=3)
+    response = await client.patch(f"/admin/teams/{team['id']}", headers=ADMIN, json={"weight": weight})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "weight"
+    assert (await client.get(f"/admin/teams/{team['id']}", headers=ADMIN)).json()["weight"] == 3
+
+
+async def test_patch_weight_reaches_cached_principals(client: Client, services: StandInServices) -> None:
+    team = await create_team(client, weight=2)
+    key = (await client.post("/admin/keys", headers=ADMIN, json={"team_id": team["id"], "name": "k"})).json()
+    assert (await services.key_cache.authenticate(f"Bearer {key['key']}")).team_weight == 2
+    await client.patch(f"/admin/teams/{team['id']}", headers=ADMIN, json={"weight": 5})
+    assert (await services.key_cache.authenticate(f"Bearer {key['key']}")).team_weight == 5
 
 
 async def test_patch_limits_reach_cached_principals(client: Client, services: StandInServices) -> None:

@@ -1,0 +1,1 @@
+"""Admission to upstream replicas: global capacity caps, priority classes, fair queues across teams."""

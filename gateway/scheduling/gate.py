@@ -1,0 +1,191 @@
+"""One replica's admission: its caps, its queue, and the pump that dispatches the queue.
+
+A request goes straight through when nothing waits before it and a permit is free; otherwise it
+waits in the replica's `FairQueue`. One pump task per replica, alive while the queue is not empty,
+hands out permits in the queue's order: it wakes when a permit comes back here, when the server's
+load is read again, or (with permits shared through Redis, which frees them from other processes
+too) after a short poll. A waiter that times out or whose client leaves takes itself out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from redis.exceptions import RedisError
+
+from gateway.errors import QueueFull, QueueTimeout
+from gateway.providers.base import TokenUsage
+from gateway.scheduling.fair_queue import FairQueue, Waiter
+from gateway.scheduling.permits import Caps, LocalPermits, PermitBank
+from gateway.scheduling.server_load import ServerLoad
+from gateway.scheduling.ticket import Ticket
+
+log = structlog.get_logger("gateway.scheduling")
+SHARED_POLL_S = 0.005  # a shared bank is asked again this often while requests wait
+LOCAL_POLL_S = 1.0  # a local bank tells the pump itself; this only bounds a missed wake-up
+DEGRADED_RETRY_S = (
+    1.0  # how long caps hold per process after the shared bank failed, before it is asked again
+)
+
+
+@dataclass(eq=False, slots=True)
+class Grant:
+    """A permit to send one request to `base_url`; `release` it when the request has ended."""
+
+    base_url: str
+    queue_s: float = 0.0  # how long the request waited for it
+    gate: ReplicaGate | None = None
+    ticket: Ticket | None = None
+    bank: PermitBank | None = None
+    released: bool = False
+
+    def release(self, usage: TokenUsage | None = None) -> None:
+        """Give the permit back (idempotent); `usage`: what the request really used, if known."""
+        if self.released:
+            return
+        self.released = True
+        if self.gate is not None:
+            self.gate.give_back(self, usage)
+
+
+class ReplicaGate:
+    def __init__(
+        self,
+        provider: str,
+        url: str,
+        caps: Caps,
+        bank: PermitBank,
+        *,
+        batch_share: float,
+        load: ServerLoad | None = None,
+        observe_wait: Callable[[str, float], None] = lambda priority, seconds: None,
+    ) -> None:
+        self.provider, self.url, self.caps = provider, url, caps
+        self.queue = FairQueue(batch_share)
+        self.in_flight = 0  # granted by this process and not yet released
+        self.tokens_in_flight = 0
+        self.server_load = load
+        self._bank = bank
+        self._local = bank if isinstance(bank, LocalPermits) else LocalPermits()
+        self._shared = not isinstance(bank, LocalPermits)
+        self._degraded_until = 0.0  # the shared bank failed: this process counts alone until then
+        self._observe_wait = observe_wait
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+
+    @property
+    def load(self) -> int:
+        """What this process has in flight and waiting here: the measure replica choice balances."""
+        return self.in_flight + len(self.queue)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def enter(self, ticket: Ticket, timeout_s: float, queue_full: Callable[[], bool]) -> Grant:
+        """A grant for this replica, now or after waiting in the queue; QueueTimeout after
+        `timeout_s`, QueueFull when it would wait and `queue_full()`. The caller's cancellation
+        (its client left) takes it out of the queue."""
+        if not self.queue:
+            bank = await self._try(ticket.tokens, waiting=0)
+            if bank is not None:
+                return self._granted(ticket, bank, 0.0)
+        if queue_full():
+            raise QueueFull(
+                f"Provider '{self.provider}' has as many requests waiting as scheduling.max_queued "
+                "allows; it was not sent. Retry later.",
+                headers={"retry-after": "1"},
+            )
+        loop = asyncio.get_running_loop()
+        waiter = Waiter(ticket, time.monotonic(), loop.create_future())
+        reply = waiter.reply
+        self.queue.push(waiter)
+        self._wake.set()
+        if self._pump is None:
+            self._pump = asyncio.create_task(self._run_pump(), name=f"gate-{self.provider}")
+        try:
+            async with asyncio.timeout(timeout_s):
+                grant: Grant = await reply
+        except BaseException as exc:
+            self.queue.remove(waiter)
+            if reply.done() and not reply.cancelled() and reply.exception() is None:
+                reply.result().release()  # granted as it gave up: the permit goes to the next
+            if isinstance(exc, TimeoutError):
+                raise QueueTimeout(
+                    f"The request waited {timeout_s:g} s for capacity at provider '{self.provider}' "
+                    f"({ticket.priority.value} queue); it was not sent. Retry later.",
+                    headers={"retry-after": "1"},
+                ) from None
+            raise
+        return grant
+
+    async def _try(self, tokens: int, waiting: int) -> PermitBank | None:
+        """The bank that granted a permit now, or None."""
+        if self.server_load is not None and not self.server_load.may_dispatch():
+            return None
+        if self._shared and time.monotonic() >= self._degraded_until:
+            try:
+                granted = await self._bank.acquire(self.url, tokens, self.caps, waiting)
+            except (RedisError, OSError) as exc:
+                self._degraded_until = time.monotonic() + DEGRADED_RETRY_S
+                log.warning(
+                    "capacity_permits_degraded",
+                    provider=self.provider,
+                    error=type(exc).__name__,
+                    detail="Redis unreachable: caps hold per process until it answers again",
+                )
+            else:
+                return self._bank if granted else None
+        if self._local.try_acquire(self.url, tokens, self.caps):
+            return self._local
+        return None
+
+    def _granted(self, ticket: Ticket, bank: PermitBank, waited_s: float) -> Grant:
+        self.in_flight += 1
+        self.tokens_in_flight += ticket.tokens
+        if self.server_load is not None:
+            self.server_load.dispatched()
+        self._observe_wait(ticket.priority.value, waited_s)
+        return Grant(self.url, waited_s, self, ticket, bank)
+
+    def give_back(self, grant: Grant, usage: TokenUsage | None) -> None:
+        ticket = grant.ticket
+        assert ticket is not None and grant.bank is not None
+        self.in_flight -= 1
+        self.tokens_in_flight -= ticket.tokens
+        grant.bank.release(self.url, ticket.tokens)
+        if self.server_load is not None:
+            self.server_load.completed()
+        if usage is not None:  # the team is charged what it was served, not what was guessed
+            served = max(usage.prompt_tokens - usage.cached_tokens, 0) + usage.completion_tokens
+            self.queue.charge(ticket.team_id, ticket.priority, served - ticket.prompt_tokens, ticket.weight)
+        self._wake.set()
+
+    async def _run_pump(self) -> None:
+        try:
+            while self.queue:
+                waiter = self.queue.peek()
+                assert waiter is not None
+                self._wake.clear()  # a release during the ask below wakes the sleep after it
+                bank = await self._try(waiter.ticket.tokens, waiting=len(self.queue))
+                if bank is None:
+                    await self._sleep()
+                    continue
+                if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
+                    bank.release(self.url, waiter.ticket.tokens)
+                    continue
+                waited = time.monotonic() - waiter.enqueued_at
+                waiter.reply.set_result(self._granted(waiter.ticket, bank, waited))
+        finally:
+            self._pump = None
+
+    async def _sleep(self) -> None:
+        poll = SHARED_POLL_S if self._shared else LOCAL_POLL_S
+        try:
+            async with asyncio.timeout(poll):
+                await self._wake.wait()
+        except TimeoutError:
+            pass

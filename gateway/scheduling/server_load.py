@@ -1,0 +1,186 @@
+"""Back-pressure from a replica's own Prometheus `/metrics` (vLLM's names): `ServerLoad` reads them
+every `metrics_interval_s` and says whether this process may send the replica one more request now,
+on top of the static caps.
+
+The rule, from the last good read (W requests waiting, R running, KV-cache usage K) and the
+requests this process sent the replica (`dispatched_since`) and saw end (`completed_since`) since
+that read:
+
+- Saturated at the read (W > 0, or K >= kv_cache_high): dispatch while
+  W + dispatched_since - completed_since < target_waiting, keeping the server's own queue at
+  `target_waiting` and no deeper. A high KV cache is held by the same count rather than until a
+  later read shows it lower: a request that ended gave its blocks back, so its replacement fits in
+  them, and whatever does not fit waits in the server's queue, which `target_waiting` bounds.
+  Holding for the next read would leave the freed room idle for up to an interval.
+- Not saturated: the server has room, but how much is unknown. Allow a burst per read,
+  dispatched_since - completed_since < max(R, 4) + target_waiting + 1, at most doubling the
+  load per read like a slow start, so that a flood of arrivals between two reads does not land
+  on the server all at once.
+- No good read within `metrics_stale_s`, or none yet: always allowed, and the caps alone hold.
+  Metrics that cannot be read never hold or fail a request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.settings import SchedulingSettings
+
+log = structlog.get_logger("gateway.scheduling")
+
+READ_TIMEOUT_S = 1.0  # a server too busy to answer its /metrics within this is treated as unreadable
+MIN_BURST = 4  # requests a server with nothing running may take between two reads
+
+WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: older servers
+# Only these samples are parsed: a real server's /metrics carries hundreds of histogram lines that
+# say nothing about load and would make every read cost far more than it needs to.
+_LOAD_SAMPLES = re.compile(
+    "^(?:" + "|".join(re.escape(name) for name in (WAITING, RUNNING, *KV_USAGE)) + ")[{ \t].*$",
+    re.MULTILINE,
+)
+
+
+def metrics_url_for(base_url: str, capacity_metrics_url: str | None) -> str:
+    """The configured metrics URL, else the replica's base URL without a trailing /v1, plus /metrics."""
+    if capacity_metrics_url:
+        return capacity_metrics_url
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReading:
+    waiting: float  # requests queued at the server, summed over its series (one per model, engine...)
+    running: float
+    kv_usage: float | None  # 0..1, the highest of its series; None: the server does not report it
+    read_at: float  # the ServerLoad clock's time of the read
+
+
+def parse_load(text: str, read_at: float) -> LoadReading | None:
+    """The load in a Prometheus text exposition, or None when it has no vLLM waiting and running
+    series (or cannot be parsed)."""
+    values: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families("\n".join(_LOAD_SAMPLES.findall(text)) + "\n"):
+            samples = [sample.value for sample in family.samples if math.isfinite(sample.value)]
+            values.setdefault(family.name, []).extend(samples)
+    except ValueError:
+        return None
+    if WAITING not in values or RUNNING not in values:
+        return None
+    usage = [value for name in KV_USAGE for value in values.get(name, [])]
+    return LoadReading(sum(values[WAITING]), sum(values[RUNNING]), max(usage, default=None), read_at)
+
+
+def _loggable(url: str) -> str:
+    """The URL without credentials or query (a token may sit in either)."""
+    try:
+        return str(httpx.URL(url).copy_with(username=None, password=None, query=None))
+    except httpx.InvalidURL:
+        return "<invalid url>"
+
+
+class ServerLoad:
+    """One replica's load as its /metrics last said, and what this process sent it since."""
+
+    def __init__(
+        self,
+        metrics_url: str,
+        settings: SchedulingSettings,
+        client: httpx.AsyncClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.metrics_url = metrics_url
+        self._settings = settings
+        self._client = client
+        self._clock = clock
+        self._on_change = on_change
+        self.reading: LoadReading | None = None  # the last good read
+        self.dispatched_since = 0
+        self.completed_since = 0
+        self._unreadable = False  # in an outage: logged at its start only
+
+    async def run(self) -> None:
+        """Read the metrics forever; after each read, good or bad, tell `on_change` (a hold may
+        have lifted, or the reading gone stale)."""
+        while True:
+            await self.read()
+            self._on_change()
+            await asyncio.sleep(self._settings.metrics_interval_s)
+
+    async def read(self) -> LoadReading | None:
+        """Read the metrics once; the new reading, or None when they could not be read."""
+        outcome = await self._fetch()
+        if isinstance(outcome, str):
+            if not self._unreadable:
+                log.warning("server_metrics_unreadable", url=_loggable(self.metrics_url), error=outcome)
+            self._unreadable = True
+            return None
+        if self._unreadable:
+            log.info("server_metrics_readable", url=_loggable(self.metrics_url))
+        self._unreadable = False
+        self.reading = outcome
+        self.dispatched_since = self.completed_since = 0
+        return outcome
+
+    async def _fetch(self) -> LoadReading | str:
+        """The reading, or why there is none (no bodies: they are the server's, not ours to log)."""
+        try:
+            response = await self._client.get(self.metrics_url, timeout=READ_TIMEOUT_S)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            return type(exc).__name__
+        if response.status_code != 200:
+            return f"status {response.status_code}"
+        reading = parse_load(response.text, self._clock())
+        return "no vllm load series" if reading is None else reading
+
+    def fresh_reading(self) -> LoadReading | None:
+        """The last good read, unless it is older than `metrics_stale_s`."""
+        reading = self.reading
+        if reading is None or self._clock() - reading.read_at > self._settings.metrics_stale_s:
+            return None
+        return reading
+
+    def may_dispatch(self) -> bool:
+        reading = self.fresh_reading()
+        if reading is None:
+            return True
+        settings = self._settings
+        net = self.dispatched_since - self.completed_since
+        kv_high = reading.kv_usage is not None and reading.kv_usage >= settings.kv_cache_high
+        if reading.waiting > 0 or kv_high:
+            return reading.waiting + net < settings.target_waiting
+        return net < max(reading.running, MIN_BURST) + settings.target_waiting + 1
+
+    def dispatched(self) -> None:
+        """This process sent the replica one request."""
+        self.dispatched_since += 1
+
+    def completed(self) -> None:
+        """One of the requests this process sent the replica ended."""
+        self.completed_since += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """The last reading and whether dispatch is held now, for /admin/providers."""
+        reading = self.reading
+        return {
+            "waiting": None if reading is None else reading.waiting,
+            "running": None if reading is None else reading.running,
+            "kv_usage": None if reading is None else reading.kv_usage,
+            "age_s": None if reading is None else max(0.0, self._clock() - reading.read_at),
+            "stale": self.fresh_reading() is None,
+            "held": not self.may_dispatch(),
+        }

@@ -1,0 +1,19 @@
+"""What a request asks of the scheduler: whose it is, its class, and the tokens it will hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.routing.directives import Priority
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    team_id: str
+    weight: float  # the team's scheduling weight (admin API, default 1)
+    priority: Priority
+    prompt_tokens: int  # estimated from the body: charged to the team when it is dispatched
+    tokens: int  # prompt plus the output it may produce: what it holds of max_tokens_in_flight
+
+
+UNSCHEDULED = Ticket(team_id="", weight=1.0, priority=Priority.INTERACTIVE, prompt_tokens=0, tokens=0)

@@ -1,0 +1,103 @@
+"""The dispatch order: classes, teams' shares in tokens, no banked credit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gateway.routing.directives import Priority
+from gateway.scheduling.fair_queue import FairQueue, Waiter
+from gateway.scheduling.ticket import Ticket
+
+
+def waiter(team: str, prompt: int, priority: Priority = Priority.INTERACTIVE, weight: float = 1.0) -> Waiter:
+    return Waiter(Ticket(team, weight, priority, prompt, prompt), enqueued_at=0.0)
+
+
+def serve(queue: FairQueue, dispatches: int, refill: dict[str, Waiter] | None = None) -> Counter[str]:
+    """Dispatch `dispatches` times, pushing a copy of each served waiter back (a flooding team)."""
+    tokens: Counter[str] = Counter()
+    for _ in range(dispatches):
+        chosen = queue.peek()
+        assert chosen is not None
+        assert queue.take(chosen)
+        tokens[chosen.team_id] += chosen.ticket.prompt_tokens
+        queue.push(waiter(chosen.team_id, chosen.ticket.prompt_tokens, chosen.priority, chosen.ticket.weight))
+    return tokens
+
+
+def test_teams_share_in_tokens_not_in_requests() -> None:
+    queue = FairQueue(batch_share=0.1)
+    for _ in range(4):
+        queue.push(waiter("heavy", 8192))
+        queue.push(waiter("light", 256))
+    tokens = serve(queue, 2000)
+    assert abs(tokens["heavy"] - tokens["light"]) <= 8192  # within one heavy request
+    assert tokens["light"] > 0 and tokens["heavy"] > 0
+
+
+def test_weights_split_tokens_in_proportion() -> None:
+    queue = FairQueue(batch_share=0.1)
+    for _ in range(4):
+        queue.push(waiter("gold", 500, weight=2.0))
+        queue.push(waiter("tin", 500, weight=1.0))
+    tokens = serve(queue, 3000)
+    assert abs(tokens["gold"] / tokens["tin"] - 2.0) < 0.01
+
+
+def test_an_idle_team_banks_no_credit() -> None:
+    queue = FairQueue(batch_share=0.1)
+    queue.push(waiter("busy", 100))
+    serve(queue, 1000)  # busy's counter climbs alone
+    queue.push(waiter("late", 100))
+    tokens = serve(queue, 100)
+    # Had "late" started from zero it would take all 100 dispatches; lifted, it takes about half.
+    assert 40 <= tokens["late"] // 100 <= 60
+
+
+def test_interactive_goes_first_and_batch_keeps_its_share() -> None:
+    queue = FairQueue(batch_share=0.1)
+    for _ in range(3):
+        queue.push(waiter("a", 10, Priority.INTERACTIVE))
+        queue.push(waiter("b", 10, Priority.BATCH))
+    first = queue.peek()
+    assert first is not None and first.priority is Priority.INTERACTIVE
+    served: Counter[Priority] = Counter()
+    for _ in range(1000):
+        chosen = queue.peek()
+        assert chosen is not None and queue.take(chosen)
+        served[chosen.priority] += 1
+        queue.push(waiter(chosen.team_id, 10, chosen.priority))
+    assert 90 <= served[Priority.BATCH] <= 110
+
+
+def test_batch_alone_gets_everything() -> None:
+    queue = FairQueue(batch_share=0.1)
+    queue.push(waiter("b", 10, Priority.BATCH))
+    assert queue.peek() is not None and queue.peek().priority is Priority.BATCH  # type: ignore[union-attr]
+
+
+def test_a_waiter_that_gave_up_is_not_dispatched() -> None:
+    queue = FairQueue(batch_share=0.1)
+    gone, stays = waiter("a", 10), waiter("a", 10)
+    queue.push(gone)
+    queue.push(stays)
+    assert queue.remove(gone)
+    assert not queue.take(gone)
+    assert queue.peek() is stays and len(queue) == 1
+
+
+def test_real_usage_corrects_the_estimate() -> None:
+    queue = FairQueue(batch_share=0.1)
+    for _ in range(2):
+        queue.push(waiter("a", 100))
+        queue.push(waiter("b", 100))
+    chosen = queue.peek()
+    assert chosen is not None and queue.take(chosen)
+    # It produced 10,000 completion tokens: its team waits until the other has caught up.
+    queue.charge(chosen.team_id, Priority.INTERACTIVE, 10_000, 1.0)
+    other = "b" if chosen.team_id == "a" else "a"
+    for _ in range(2):
+        nxt = queue.peek()
+        assert nxt is not None and nxt.team_id == other
+        assert queue.take(nxt)
+        queue.push(waiter(other, 100))

@@ -1,0 +1,136 @@
+"""A replica's gate with this process's permits: caps hold, the queue's order, timeouts, give-ups."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.errors import QueueFull, QueueTimeout
+from gateway.providers.base import TokenUsage
+from gateway.routing.directives import Priority
+from gateway.scheduling.gate import Grant, ReplicaGate
+from gateway.scheduling.permits import Caps, LocalPermits
+from gateway.scheduling.ticket import Ticket
+
+URL = "http://replica:8000/v1"
+
+
+def gate(caps: Caps) -> ReplicaGate:
+    return ReplicaGate("vllm", URL, caps, LocalPermits(), batch_share=0.1)
+
+
+def ticket(team: str = "t", tokens: int = 10, priority: Priority = Priority.INTERACTIVE) -> Ticket:
+    return Ticket(team, 1.0, priority, tokens, tokens)
+
+
+def never_full() -> bool:
+    return False
+
+
+async def test_the_cap_holds_and_every_request_is_served() -> None:
+    replica = gate(Caps(max_concurrency=3))
+    running, most = 0, 0
+
+    async def request() -> None:
+        nonlocal running, most
+        grant = await replica.enter(ticket(), 10.0, never_full)
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.001)
+        running -= 1
+        grant.release()
+
+    await asyncio.gather(*(request() for _ in range(40)))
+    assert most == 3
+    assert replica.in_flight == 0 and not replica.queue
+
+
+async def test_a_request_that_waits_too_long_is_refused_and_leaves_the_queue() -> None:
+    replica = gate(Caps(max_concurrency=1))
+    held = await replica.enter(ticket(), 1.0, never_full)
+    with pytest.raises(QueueTimeout) as refused:
+        await replica.enter(ticket(), 0.05, never_full)
+    assert refused.value.status == 429 and refused.value.headers["retry-after"]
+    assert not replica.queue
+    held.release()
+    again = await replica.enter(ticket(), 1.0, never_full)  # the cap is whole again
+    again.release()
+
+
+async def test_a_cancelled_waiter_gives_its_turn_to_the_next() -> None:
+    replica = gate(Caps(max_concurrency=1))
+    held = await replica.enter(ticket(), 1.0, never_full)
+    leaving = asyncio.create_task(replica.enter(ticket("a"), 5.0, never_full))
+    staying = asyncio.create_task(replica.enter(ticket("b"), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    leaving.cancel()
+    held.release()
+    grant = await asyncio.wait_for(staying, 1.0)
+    assert grant.ticket is not None and grant.ticket.team_id == "b"
+    assert leaving.cancelled()
+    grant.release()
+    assert replica.in_flight == 0
+
+
+async def test_interactive_work_overtakes_queued_batch_work() -> None:
+    replica = gate(Caps(max_concurrency=1))
+    held = await replica.enter(ticket(), 1.0, never_full)
+    order: list[str] = []
+
+    async def request(name: str, priority: Priority) -> None:
+        grant = await replica.enter(ticket(name, priority=priority), 5.0, never_full)
+        order.append(name)
+        grant.release()
+
+    batch = [asyncio.create_task(request(f"batch-{i}", Priority.BATCH)) for i in range(3)]
+    await asyncio.sleep(0.01)
+    interactive = asyncio.create_task(request("interactive", Priority.INTERACTIVE))
+    await asyncio.sleep(0.01)
+    held.release()
+    await asyncio.gather(*batch, interactive)
+    assert order[0] == "interactive"
+
+
+async def test_the_token_cap_waits_for_room_and_an_oversized_request_goes_alone() -> None:
+    replica = gate(Caps(max_tokens_in_flight=100))
+    first = await replica.enter(ticket(tokens=80), 1.0, never_full)
+    second = asyncio.create_task(replica.enter(ticket(tokens=30), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    first.release()
+    granted = await asyncio.wait_for(second, 1.0)
+    granted.release()
+    alone = await replica.enter(ticket(tokens=500), 1.0, never_full)
+    assert replica.tokens_in_flight == 500
+    alone.release()
+
+
+async def test_a_full_queue_refuses_at_once() -> None:
+    replica = gate(Caps(max_concurrency=1))
+    held = await replica.enter(ticket(), 1.0, never_full)
+    with pytest.raises(QueueFull):
+        await replica.enter(ticket(), 1.0, lambda: True)
+    held.release()
+
+
+async def test_the_real_usage_is_charged_to_the_team() -> None:
+    replica = gate(Caps(max_concurrency=1))
+    grant: Grant = await replica.enter(ticket("heavy", tokens=10), 1.0, never_full)
+    waiting = [
+        asyncio.create_task(replica.enter(ticket(team, tokens=10), 5.0, never_full))
+        for team in ("heavy", "light", "light")
+    ]
+    await asyncio.sleep(0.01)
+    # The first request used 5,000 tokens: both light requests go before heavy's next one.
+    grant.release(TokenUsage(prompt_tokens=10, completion_tokens=5000))
+    served = []
+    for _ in range(3):
+        done, _ = await asyncio.wait(
+            [t for t in waiting if t not in served], return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done:
+            served.append(task)
+            task.result().release()
+    teams = [t.result().ticket.team_id for t in served]  # type: ignore[union-attr]
+    assert teams[:2] == ["light", "light"]
