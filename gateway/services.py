@@ -39,6 +39,9 @@ from gateway.redis.group_commit import PipelineBatcher
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
+from gateway.scheduling.permits import PermitBank
+from gateway.scheduling.redis_permits import RedisPermits
+from gateway.scheduling.scheduler import Scheduler
 from gateway.settings import Catalog, ProviderKind, Settings
 
 log = structlog.get_logger("gateway.services")
@@ -72,6 +75,7 @@ class Services:
         self.tasks.append(asyncio.create_task(self.writer.run(), name="usage-writer"))
         self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
         self.tasks.append(asyncio.create_task(watch_loop_lag(self.metrics), name="loop-lag"))
+        self.executor.scheduler.start()
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
@@ -147,6 +151,7 @@ def open_services(settings: Settings) -> Services:
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
     redis: Redis | None = None
+    batcher: PipelineBatcher | None = None
     buffer: UsageBuffer
     health: HealthBoard
     pins: PinStore
@@ -169,7 +174,11 @@ def open_services(settings: Settings) -> Services:
         pins = MemoryPinStore(catalog.batches.idle_ttl_s)
         limiter = MemoryLimiter(records=RecordedSpend(sessions), hold_ttl_s=catalog.limits.reservation_ttl_s)
     metrics = Metrics()
-    executor = Executor(catalog, health, UpstreamPool(), mock=in_process_mock(catalog))
+    scheduler = Scheduler(
+        catalog, permit_bank(catalog, redis, batcher), observe_wait=metrics.observe_queue_wait
+    )
+    metrics.watch_scheduler(scheduler)
+    executor = Executor(catalog, health, UpstreamPool(), mock=in_process_mock(catalog), scheduler=scheduler)
     proxy = ProxyService(
         table,
         pins,
@@ -210,6 +219,18 @@ def open_services(settings: Settings) -> Services:
             Reservations(table, catalog.limits.default_max_tokens),
         ),
     )
+
+
+def permit_bank(catalog: Catalog, redis: Redis | None, batcher: PipelineBatcher | None) -> PermitBank | None:
+    """Capacity permits shared by every process through Redis when there is one and a provider
+    caps its replicas; else None: each process counts its own."""
+    capped = any(
+        p.capacity is not None and (p.capacity.max_concurrency or p.capacity.max_tokens_in_flight)
+        for p in catalog.providers
+    )
+    if redis is None or batcher is None or not capped:
+        return None
+    return RedisPermits(redis, batcher, lease_s=catalog.scheduling.permit_lease_s)
 
 
 def in_process_mock(catalog: Catalog) -> UpstreamClient | None:

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.providers.base import TokenUsage
 from gateway.scheduling.fair_queue import FairQueue, Waiter
-from gateway.scheduling.permits import Caps, LocalPermits, PermitBank
+from gateway.scheduling.permits import Caps, PermitBank, fits
 from gateway.scheduling.server_load import ServerLoad
 from gateway.scheduling.ticket import Ticket
 
@@ -32,6 +32,11 @@ DEGRADED_RETRY_S = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Permit:
+    bank: PermitBank | None  # where to give it back; None: counted by this process alone
+
+
 @dataclass(eq=False, slots=True)
 class Grant:
     """A permit to send one request to `base_url`; `release` it when the request has ended."""
@@ -40,7 +45,7 @@ class Grant:
     queue_s: float = 0.0  # how long the request waited for it
     gate: ReplicaGate | None = None
     ticket: Ticket | None = None
-    bank: PermitBank | None = None
+    bank: PermitBank | None = None  # the shared bank the permit came from, if any
     released: bool = False
 
     def release(self, usage: TokenUsage | None = None) -> None:
@@ -58,7 +63,7 @@ class ReplicaGate:
         provider: str,
         url: str,
         caps: Caps,
-        bank: PermitBank,
+        bank: PermitBank | None = None,
         *,
         batch_share: float,
         load: ServerLoad | None = None,
@@ -69,9 +74,7 @@ class ReplicaGate:
         self.in_flight = 0  # granted by this process and not yet released
         self.tokens_in_flight = 0
         self.server_load = load
-        self._bank = bank
-        self._local = bank if isinstance(bank, LocalPermits) else LocalPermits()
-        self._shared = not isinstance(bank, LocalPermits)
+        self._bank = bank  # None: this process's own counts are the whole truth
         self._degraded_until = 0.0  # the shared bank failed: this process counts alone until then
         self._observe_wait = observe_wait
         self._wake = asyncio.Event()
@@ -90,9 +93,9 @@ class ReplicaGate:
         `timeout_s`, QueueFull when it would wait and `queue_full()`. The caller's cancellation
         (its client left) takes it out of the queue."""
         if not self.queue:
-            bank = await self._try(ticket.tokens, waiting=0)
-            if bank is not None:
-                return self._granted(ticket, bank, 0.0)
+            permit = await self._try(ticket.tokens, waiting=0)
+            if permit is not None:
+                return self._granted(ticket, permit, 0.0)
         if queue_full():
             raise QueueFull(
                 f"Provider '{self.provider}' has as many requests waiting as scheduling.max_queued "
@@ -122,11 +125,11 @@ class ReplicaGate:
             raise
         return grant
 
-    async def _try(self, tokens: int, waiting: int) -> PermitBank | None:
-        """The bank that granted a permit now, or None."""
+    async def _try(self, tokens: int, waiting: int) -> Permit | None:
+        """A permit now (from the shared bank, or counted here alone), or None."""
         if self.server_load is not None and not self.server_load.may_dispatch():
             return None
-        if self._shared and time.monotonic() >= self._degraded_until:
+        if self._bank is not None and time.monotonic() >= self._degraded_until:
             try:
                 granted = await self._bank.acquire(self.url, tokens, self.caps, waiting)
             except (RedisError, OSError) as exc:
@@ -138,25 +141,25 @@ class ReplicaGate:
                     detail="Redis unreachable: caps hold per process until it answers again",
                 )
             else:
-                return self._bank if granted else None
-        if self._local.try_acquire(self.url, tokens, self.caps):
-            return self._local
-        return None
+                return Permit(self._bank) if granted else None
+        # No shared bank, or it is unreachable: what this process has in flight here decides.
+        return Permit(None) if fits(self.caps, self.in_flight, self.tokens_in_flight, tokens) else None
 
-    def _granted(self, ticket: Ticket, bank: PermitBank, waited_s: float) -> Grant:
+    def _granted(self, ticket: Ticket, permit: Permit, waited_s: float) -> Grant:
         self.in_flight += 1
         self.tokens_in_flight += ticket.tokens
         if self.server_load is not None:
             self.server_load.dispatched()
         self._observe_wait(ticket.priority.value, waited_s)
-        return Grant(self.url, waited_s, self, ticket, bank)
+        return Grant(self.url, waited_s, self, ticket, permit.bank)
 
     def give_back(self, grant: Grant, usage: TokenUsage | None) -> None:
         ticket = grant.ticket
-        assert ticket is not None and grant.bank is not None
+        assert ticket is not None
         self.in_flight -= 1
         self.tokens_in_flight -= ticket.tokens
-        grant.bank.release(self.url, ticket.tokens)
+        if grant.bank is not None:
+            grant.bank.release(self.url, ticket.tokens)
         if self.server_load is not None:
             self.server_load.completed()
         if usage is not None:  # the team is charged what it was served, not what was guessed
@@ -170,20 +173,21 @@ class ReplicaGate:
                 waiter = self.queue.peek()
                 assert waiter is not None
                 self._wake.clear()  # a release during the ask below wakes the sleep after it
-                bank = await self._try(waiter.ticket.tokens, waiting=len(self.queue))
-                if bank is None:
+                permit = await self._try(waiter.ticket.tokens, waiting=len(self.queue))
+                if permit is None:
                     await self._sleep()
                     continue
                 if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
-                    bank.release(self.url, waiter.ticket.tokens)
+                    if permit.bank is not None:
+                        permit.bank.release(self.url, waiter.ticket.tokens)
                     continue
                 waited = time.monotonic() - waiter.enqueued_at
-                waiter.reply.set_result(self._granted(waiter.ticket, bank, waited))
+                waiter.reply.set_result(self._granted(waiter.ticket, permit, waited))
         finally:
             self._pump = None
 
     async def _sleep(self) -> None:
-        poll = SHARED_POLL_S if self._shared else LOCAL_POLL_S
+        poll = LOCAL_POLL_S if self._bank is None else SHARED_POLL_S
         try:
             async with asyncio.timeout(poll):
                 await self._wake.wait()

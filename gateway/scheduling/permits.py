@@ -1,7 +1,8 @@
-"""Permits for a replica's capacity: `PermitBank` is what a gate asks of them.
+"""Permits for a replica's capacity shared by processes: `PermitBank` is what a gate asks of them.
 
-`LocalPermits` counts this process's permits only (the embedded default: caps hold per process);
-`gateway.scheduling.redis_permits.RedisPermits` holds them across every gateway process.
+Without a bank (no Redis, the embedded default) a gate counts this process's requests itself and
+caps hold per process (`fits`); `gateway.scheduling.redis_permits.RedisPermits` holds them across
+every gateway process.
 """
 
 from __future__ import annotations
@@ -48,35 +49,10 @@ class PermitBank(Protocol):
     async def aclose(self) -> None: ...
 
 
-class LocalPermits:
-    """This process's permits: exact, immediate, and blind to other processes."""
-
-    def __init__(self) -> None:
-        self._in_flight: dict[str, int] = {}
-        self._tokens: dict[str, int] = {}
-
-    async def acquire(self, replica: str, tokens: int, caps: Caps, waiting: int) -> bool:
-        return self.try_acquire(replica, tokens, caps)
-
-    def try_acquire(self, replica: str, tokens: int, caps: Caps) -> bool:
-        in_flight, held = self._in_flight.get(replica, 0), self._tokens.get(replica, 0)
-        if caps.max_concurrency is not None and in_flight >= caps.max_concurrency:
-            return False
-        # A request larger than the whole token cap still goes, alone: it could never go otherwise.
-        if caps.max_tokens_in_flight is not None and held > 0 and held + tokens > caps.max_tokens_in_flight:
-            return False
-        self._in_flight[replica], self._tokens[replica] = in_flight + 1, held + tokens
-        return True
-
-    def release(self, replica: str, tokens: int) -> None:
-        self._in_flight[replica] = max(0, self._in_flight.get(replica, 0) - 1)
-        self._tokens[replica] = max(0, self._tokens.get(replica, 0) - tokens)
-
-    async def totals(self, replica: str) -> PermitTotals:
-        return PermitTotals(self._in_flight.get(replica, 0), self._tokens.get(replica, 0), 1)
-
-    def start(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
+def fits(caps: Caps, in_flight: int, tokens_in_flight: int, tokens: int) -> bool:
+    """Whether one more request holding `tokens` stays within `caps`, given what is in flight.
+    A request larger than the whole token cap still goes, alone: it could never go otherwise."""
+    if caps.max_concurrency is not None and in_flight >= caps.max_concurrency:
+        return False
+    limit = caps.max_tokens_in_flight
+    return limit is None or tokens_in_flight == 0 or tokens_in_flight + tokens <= limit

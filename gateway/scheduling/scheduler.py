@@ -19,7 +19,7 @@ import httpx
 
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
-from gateway.scheduling.permits import Caps, LocalPermits, PermitBank
+from gateway.scheduling.permits import Caps, PermitBank
 from gateway.scheduling.replicas import choose_replica
 from gateway.scheduling.server_load import ServerLoad, metrics_url_for
 from gateway.scheduling.ticket import Ticket
@@ -63,7 +63,7 @@ class ProviderQueue:
         self,
         provider: Provider,
         settings: SchedulingSettings,
-        bank: PermitBank,
+        bank: PermitBank | None,
         observe_wait: Callable[[str, str, float], None],
     ) -> None:
         self.provider = provider
@@ -123,7 +123,7 @@ class Scheduler:
         observe_wait: Callable[[str, str, float], None] = lambda provider, priority, s: None,
     ) -> None:
         self._settings = catalog.scheduling
-        self.bank = bank or LocalPermits()
+        self.bank = bank  # None: caps hold per process
         self.providers = {
             p.name: ProviderQueue(p, catalog.scheduling, self.bank, observe_wait) for p in catalog.providers
         }
@@ -140,7 +140,8 @@ class Scheduler:
 
     def start(self) -> None:
         """Background work in the serving loop: the bank's leases, the servers' load readings."""
-        self.bank.start()
+        if self.bank is not None:
+            self.bank.start()
         for queue in self.providers.values():
             capacity = queue.provider.capacity
             if capacity is None or not capacity.load_metrics:
@@ -164,8 +165,9 @@ class Scheduler:
                 await task
         if self._metrics_client is not None:
             await self._metrics_client.aclose()
-        with contextlib.suppress(Exception):  # Redis gone: the leases run out by themselves
-            await self.bank.aclose()
+        if self.bank is not None:
+            with contextlib.suppress(Exception):  # Redis gone: the leases run out by themselves
+                await self.bank.aclose()
 
     async def snapshot(self, provider: str) -> list[dict[str, Any]]:
         """Each replica of `provider` as `/admin/providers` shows it."""
@@ -182,9 +184,10 @@ class Scheduler:
                 "max_concurrency": gate.caps.max_concurrency,
                 "max_tokens_in_flight": gate.caps.max_tokens_in_flight,
             }
-            with contextlib.suppress(Exception):  # what every process holds, if the bank answers
-                totals = await self.bank.totals(gate.url)
-                row["all_processes"] = {"in_flight": totals.in_flight, "tokens_in_flight": totals.tokens}
+            if self.bank is not None:
+                with contextlib.suppress(Exception):  # what every process holds, if the bank answers
+                    totals = await self.bank.totals(gate.url)
+                    row["all_processes"] = {"in_flight": totals.in_flight, "tokens_in_flight": totals.tokens}
             if gate.server_load is not None:
                 row["server_load"] = gate.server_load.snapshot()
             rows.append(row)

@@ -30,6 +30,8 @@ REDIS_DBS = {
     "e2e-workers": 10,
     "services": 11,  # tests/integration/test_services.py
     "metering-app": 12,  # tests/integration/metering/test_upstream_usage_postgres.py
+    "scheduling": 13,  # tests/integration/scheduling
+    "e2e-scheduling": 14,
 }
 
 

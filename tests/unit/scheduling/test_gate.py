@@ -1,4 +1,4 @@
-"""A replica's gate with this process's permits: caps hold, the queue's order, timeouts, give-ups."""
+"""A replica's gate counting this process's requests alone: caps hold, the queue's order, timeouts, give-ups."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from gateway.errors import QueueFull, QueueTimeout
 from gateway.providers.base import TokenUsage
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
-from gateway.scheduling.permits import Caps, LocalPermits
+from gateway.scheduling.permits import Caps
 from gateway.scheduling.ticket import Ticket
 
 URL = "http://replica:8000/v1"
 
 
 def gate(caps: Caps) -> ReplicaGate:
-    return ReplicaGate("vllm", URL, caps, LocalPermits(), batch_share=0.1)
+    return ReplicaGate("vllm", URL, caps, batch_share=0.1)
 
 
 def ticket(team: str = "t", tokens: int = 10, priority: Priority = Priority.INTERACTIVE) -> Ticket:
