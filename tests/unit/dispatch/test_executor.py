@@ -7,6 +7,7 @@ built-in `mock` provider kind is served in-process, by the client services wire 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,7 @@ from gateway.routing.health import HealthBoard
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.services import in_process_mock
 from gateway.settings import (
+    Capacity,
     Catalog,
     CircuitSettings,
     DeploymentSpec,
@@ -387,3 +389,46 @@ def test_backoff_is_between_half_and_all_of_a_capped_doubling_step(attempt: int)
     delays = [backoff_delay(retry, attempt, rng) for _ in range(200)]
     assert all(step / 2 <= delay <= step for delay in delays)
     assert max(delays) - min(delays) > step / 4  # jittered, not constant
+
+
+# --- capacity -----------------------------------------------------------------------------------
+
+
+async def test_a_stream_holds_its_permit_until_it_is_closed(
+    upstream: RunningUpstream, harnesses: list[Harness]
+) -> None:
+    harness = make(
+        harnesses, provider(base_url=f"{upstream.base_url}/v1", capacity=Capacity(max_concurrency=1))
+    )
+    stream = await harness.executor.open_stream(harness.deployment(), chat_call(stream=True), Attempts(), 1)
+    waiting_attempts = Attempts()
+    waiting = asyncio.create_task(
+        harness.executor.send(harness.deployment(), chat_call(), waiting_attempts, 1)
+    )
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and len(upstream.requests()) == 1  # the second was never sent
+
+    await frames_of(stream)
+    await stream.close()
+    await asyncio.wait_for(waiting, 5.0)
+
+    assert waiting_attempts.queue_s > 0 and len(upstream.requests()) == 2
+    [gate] = harness.executor.scheduler.providers["up"].gates
+    assert gate.in_flight == 0
+
+
+async def test_every_attempt_gives_its_permit_back(
+    upstream: RunningUpstream, harnesses: list[Harness]
+) -> None:
+    harness = make(
+        harnesses, provider(base_url=f"{upstream.base_url}/v1", capacity=Capacity(max_concurrency=1))
+    )
+    upstream.set_behaviour(fail_rate=1.0, fail_status=503)
+
+    with pytest.raises(UpstreamUnavailable):
+        await harness.executor.send(harness.deployment(), chat_call(), Attempts(), 3)
+    with pytest.raises(UpstreamUnavailable):
+        await harness.executor.open_stream(harness.deployment(), chat_call(stream=True), Attempts(), 3)
+
+    [gate] = harness.executor.scheduler.providers["up"].gates
+    assert gate.in_flight == 0 and gate.tokens_in_flight == 0 and upstream.stats()["total"] == 6
