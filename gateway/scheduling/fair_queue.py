@@ -120,7 +120,7 @@ class FairQueue:
             if waiter.priority is Priority.BATCH:
                 self._batch_credit = max(0.0, self._batch_credit - 1.0)
             else:
-                self._batch_credit = min(self._batch_credit + self._batch_step, 1.0)
+                self._batch_credit += self._batch_step  # spent by batch dispatches while both wait
         else:
             self._batch_credit = 0.0  # one class alone owes the other nothing
         queue.served_at = queue.charge(waiter.team_id, waiter.ticket.prompt_tokens, waiter.ticket.weight)

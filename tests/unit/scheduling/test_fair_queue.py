@@ -101,3 +101,17 @@ def test_real_usage_corrects_the_estimate() -> None:
         assert nxt is not None and nxt.team_id == other
         assert queue.take(nxt)
         queue.push(waiter(other, 100))
+
+
+def test_batch_share_above_a_half_is_kept_too() -> None:
+    queue = FairQueue(batch_share=0.75)
+    for _ in range(3):
+        queue.push(waiter("a", 10, Priority.INTERACTIVE))
+        queue.push(waiter("b", 10, Priority.BATCH))
+    served: Counter[Priority] = Counter()
+    for _ in range(1000):
+        chosen = queue.peek()
+        assert chosen is not None and queue.take(chosen)
+        served[chosen.priority] += 1
+        queue.push(waiter(chosen.team_id, 10, chosen.priority))
+    assert 740 <= served[Priority.BATCH] <= 760
