@@ -14,7 +14,7 @@ from gateway.schemas.admin import Page
 from gateway.services import services_of
 
 
-class ReplicaLoad(msgspec.Struct):
+class ReplicaLoad(msgspec.Struct, omit_defaults=True):
     url: str
     in_flight: int  # this process's
     tokens_in_flight: int | None = None
