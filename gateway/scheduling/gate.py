@@ -94,7 +94,8 @@ class ReplicaGate:
         (its client left) takes it out of the queue."""
         if not self.queue:
             permit = await self._try(ticket.tokens, waiting=0)
-            if permit is not None:
+            if permit is not None:  # charged as a dispatch from the queue is
+                self.queue.charge(ticket.team_id, ticket.priority, ticket.prompt_tokens, ticket.weight)
                 return self._granted(ticket, permit, 0.0)
         if queue_full():
             raise QueueFull(
@@ -117,18 +118,31 @@ class ReplicaGate:
             if reply.done() and not reply.cancelled() and reply.exception() is None:
                 reply.result().release()  # granted as it gave up: the permit goes to the next
             if isinstance(exc, TimeoutError):
+                waited = time.monotonic() - waiter.enqueued_at
                 raise QueueTimeout(
                     f"The request waited {timeout_s:g} s for capacity at provider '{self.provider}' "
                     f"({ticket.priority.value} queue); it was not sent. Retry later.",
-                    headers={"retry-after": "1"},
+                    headers={"retry-after": "1", "x-gateway-queue-ms": f"{waited * 1000:.3f}"},
                 ) from None
             raise
         return grant
 
     async def _try(self, tokens: int, waiting: int) -> Permit | None:
-        """A permit now (from the shared bank, or counted here alone), or None."""
-        if self.server_load is not None and not self.server_load.may_dispatch():
-            return None
+        """A permit now (from the shared bank, or counted here alone), or None.
+
+        The server's load is checked and the dispatch counted before the bank is asked: the
+        requests that arrive during that round trip must see this one, or a burst passes at once."""
+        load = self.server_load
+        if load is not None:
+            if not load.may_dispatch():
+                return None
+            load.dispatched()
+        permit = await self._permit(tokens, waiting)
+        if permit is None and load is not None:
+            load.withdrawn()
+        return permit
+
+    async def _permit(self, tokens: int, waiting: int) -> Permit | None:
         if self._bank is not None and time.monotonic() >= self._degraded_until:
             try:
                 granted = await self._bank.acquire(self.url, tokens, self.caps, waiting)
@@ -148,8 +162,6 @@ class ReplicaGate:
     def _granted(self, ticket: Ticket, permit: Permit, waited_s: float) -> Grant:
         self.in_flight += 1
         self.tokens_in_flight += ticket.tokens
-        if self.server_load is not None:
-            self.server_load.dispatched()
         self._observe_wait(ticket.priority.value, waited_s)
         return Grant(self.url, waited_s, self, ticket, permit.bank)
 
@@ -180,6 +192,8 @@ class ReplicaGate:
                 if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
                     if permit.bank is not None:
                         permit.bank.release(self.url, waiter.ticket.tokens)
+                    if self.server_load is not None:
+                        self.server_load.withdrawn()
                     continue
                 waited = time.monotonic() - waiter.enqueued_at
                 waiter.reply.set_result(self._granted(waiter.ticket, permit, waited))

@@ -173,6 +173,10 @@ class ServerLoad:
         """One of the requests this process sent the replica ended."""
         self.completed_since += 1
 
+    def withdrawn(self) -> None:
+        """A dispatch counted ahead (while its permit was asked for) did not happen after all."""
+        self.dispatched_since = max(0, self.dispatched_since - 1)
+
     def snapshot(self) -> dict[str, Any]:
         """The last reading and whether dispatch is held now, for /admin/providers."""
         reading = self.reading
