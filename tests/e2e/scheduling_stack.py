@@ -27,7 +27,7 @@ import httpx
 import openai
 import redis
 
-from tests.support.children import die_with_parent
+from tests.support.children import die_with_parent, stop
 from tests.support.gateway import REPO, GatewayProcess, Team, create_team, free_port, recreate_database
 from tests.support.stores import redis_url
 
@@ -73,13 +73,7 @@ class Simulator:
             (await http.delete(self.replica(index) + "/_sim/stats")).raise_for_status()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop(self.process)
 
 
 def launch_simulator(

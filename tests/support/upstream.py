@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.children import die_with_parent
+from tests.support.children import die_with_parent, stop
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 15.0
@@ -101,13 +101,7 @@ class RunningUpstream:
     def stop(self) -> None:
         """Terminate the process, then kill it if it does not exit in time."""
         self._control.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop(self.process)
 
     def __enter__(self) -> RunningUpstream:
         return self
