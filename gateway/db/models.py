@@ -1,5 +1,6 @@
 """Tables: teams, their API keys (hashes only), one usage record per upstream request, and the
-usage events the database refused (dead letters)."""
+usage events the database refused (dead letters); the Files and Batch APIs' files, jobs and their
+lines."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     Numeric,
     String,
     Text,
@@ -108,3 +110,96 @@ class UsageDeadLetter(Base):
     refused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     reason: Mapped[str] = mapped_column(Text)  # the error's kind (`OverflowError`), never its values
     event: Mapped[str] = mapped_column(Text)  # the UsageEvent as JSON, as the buffer held it
+
+
+class StoredFile(Base):
+    """A file of the Files API (a batch's input, output or errors), owned by one team. Its bytes
+    live apart (`FileContent`), so that listing files never reads them."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_team_created", "team_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "file-" + hex
+    team_id: Mapped[str] = mapped_column(String(40))
+    purpose: Mapped[str] = mapped_column(String(32))  # batch, batch_output, batch_errors
+    filename: Mapped[str] = mapped_column(String(512))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+
+
+class FileContent(Base):
+    __tablename__ = "file_contents"
+
+    file_id: Mapped[str] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class BatchJob(Base):
+    """A job of the Batch API: a batch pinned to one deployment, run by whichever gateway process
+    holds its lease; `fencing_token` grows with every claim, so a process that lost the lease can
+    no longer write."""
+
+    __tablename__ = "batch_jobs"
+    __table_args__ = (
+        Index("ix_batch_jobs_team_created", "team_id", "created_at"),
+        Index("ix_batch_jobs_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "batch_" + hex
+    team_id: Mapped[str] = mapped_column(String(40))
+    key_id: Mapped[str] = mapped_column(String(40))
+    endpoint: Mapped[str] = mapped_column(String(40))  # "/v1/chat/completions"
+    input_file_id: Mapped[str] = mapped_column(String(40))
+    output_file_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    error_file_id: Mapped[str | None] = mapped_column(String(40), default=None)
+    completion_window: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16))
+    metadata_: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON, default=None)
+    model: Mapped[str | None] = mapped_column(String(200), default=None)  # the one model of its lines
+    directives: Mapped[dict[str, str] | None] = mapped_column(JSON, default=None)  # region, provider
+    deployment: Mapped[str | None] = mapped_column(String(400), default=None)  # the pin, once placed
+    errors: Mapped[list[dict[str, object]] | None] = mapped_column(JSON, default=None)
+    request_total: Mapped[int] = mapped_column(Integer, default=0)
+    request_completed: Mapped[int] = mapped_column(Integer, default=0)
+    request_failed: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))  # created + the window
+    in_progress_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    finalizing_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    cancelling_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    paused_reason: Mapped[str | None] = mapped_column(String(200), default=None)  # a failing pin
+    lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    fencing_token: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class BatchLine(Base):
+    """One line of a job: its request, and once it has one, its outcome (the ledger). An outcome is
+    written once, with the fencing token of the claim that ran it; the line's usage record is
+    written in the same transaction, so the job's counts never run ahead of stored outcomes."""
+
+    __tablename__ = "batch_lines"
+    __table_args__ = (Index("ix_batch_lines_job_state", "job_id", "state"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("batch_jobs.id", ondelete="CASCADE"), primary_key=True)
+    line_no: Mapped[int] = mapped_column(Integer, primary_key=True)  # from 0, in the input's order
+    custom_id: Mapped[str] = mapped_column(String(512))
+    body: Mapped[str] = mapped_column(Text)  # the request body as JSON text
+    prefix_key: Mapped[str] = mapped_column(String(64))  # lines sharing a prompt prefix run together
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending, succeeded, failed
+    status_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    response: Mapped[str | None] = mapped_column(Text, default=None)  # the output line's body, as JSON
+    error: Mapped[str | None] = mapped_column(Text, default=None)  # the error line's error, as JSON
+    request_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    fencing_token: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
