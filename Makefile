@@ -34,5 +34,10 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	bench/run $(BENCH_ARGS)
 
+## The scheduling benchmark against the simulated vLLM (bench/scheduling): `SCENARIOS="caps seed"` for some.
+.PHONY: bench-scheduling
+bench-scheduling: $(STAMP)
+	$(BIN)/python -m bench.scheduling $(SCENARIOS)
+
 clean:
 	rm -rf $(VENV) data build .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ charged once it is known (`charge`). Chosen over deficit round robin because a r
 not known when it is dispatched (its output length is not): DRR needs the cost up front to spend
 a quantum, while VTC settles the real cost afterwards and the order follows. A team that becomes
 backlogged is lifted to the lowest counter among the backlogged teams (or where the class last
-served), so time spent idle banks no credit.
+served), so time spent idle (nothing queued, nothing running) banks no credit.
 """
 
 from __future__ import annotations
@@ -47,22 +47,25 @@ class _ClassQueue:
 
     teams: dict[str, deque[Waiter]] = field(default_factory=dict)  # backlogged teams only
     counters: dict[str, float] = field(default_factory=dict)
+    active: dict[str, int] = field(default_factory=dict)  # requests in flight, by team
     served_at: float = 0.0  # the counter of the team served last: where a team with no rivals starts
     size: int = 0
 
     def push(self, waiter: Waiter) -> None:
-        queue = self.teams.get(waiter.team_id)
-        if queue is None:  # newly backlogged: no credit for the time it was idle
-            floor = min((self.counters[t] for t in self.teams), default=self.served_at)
-            self.counters[waiter.team_id] = max(self.counters.get(waiter.team_id, 0.0), floor)
-            queue = self.teams[waiter.team_id] = deque()
+        team = waiter.team_id
+        queue = self.teams.get(team)
+        if queue is None:
+            if not self.active.get(team):  # back from idle (nothing queued, nothing running): no credit
+                floor = min((self.counters[t] for t in self.teams), default=self.served_at)
+                self.counters[team] = max(self.counters.get(team, 0.0), floor)
+            queue = self.teams[team] = deque()
         queue.append(waiter)
         self.size += 1
 
     def peek(self) -> Waiter | None:
         if not self.teams:
             return None
-        team = min(self.teams, key=self.counters.__getitem__)
+        team = min(self.teams, key=lambda t: self.counters.get(t, self.served_at))
         return self.teams[team][0]
 
     def remove(self, waiter: Waiter) -> bool:
@@ -80,9 +83,9 @@ class _ClassQueue:
         return counter
 
     def forget_idle(self) -> None:
-        """Drop the counters of teams not waiting (they restart from the floor when they come back)."""
-        if len(self.counters) > 4 * len(self.teams) + 64:
-            self.counters = {t: c for t, c in self.counters.items() if t in self.teams}
+        """Drop the counters of idle teams (they restart from the floor when they come back)."""
+        if len(self.counters) > 4 * (len(self.teams) + len(self.active)) + 64:
+            self.counters = {t: c for t, c in self.counters.items() if t in self.teams or t in self.active}
 
 
 class FairQueue:
@@ -123,14 +126,28 @@ class FairQueue:
                 self._batch_credit += self._batch_step  # spent by batch dispatches while both wait
         else:
             self._batch_credit = 0.0  # one class alone owes the other nothing
-        queue.served_at = queue.charge(waiter.team_id, waiter.ticket.prompt_tokens, waiter.ticket.weight)
-        queue.forget_idle()
         return True
 
     def remove(self, waiter: Waiter) -> bool:
         """A waiter that gave up (timed out, or its client left)."""
         return self._classes[waiter.priority].remove(waiter)
 
-    def charge(self, team_id: str, priority: Priority, tokens: float, weight: float) -> None:
-        """Tokens served to a team beyond what its dispatch charged (negative: fewer than guessed)."""
-        self._classes[priority].charge(team_id, tokens, weight)
+    def started(self, ticket: Ticket) -> None:
+        """A request of the ticket's team was dispatched (from the queue or straight through): its
+        prompt estimate is charged now."""
+        queue = self._classes[ticket.priority]
+        queue.active[ticket.team_id] = queue.active.get(ticket.team_id, 0) + 1
+        queue.served_at = queue.charge(ticket.team_id, ticket.prompt_tokens, ticket.weight)
+        queue.forget_idle()
+
+    def finished(self, ticket: Ticket, served_tokens: float | None) -> None:
+        """The request ended; `served_tokens`: what it really used (uncached prompt plus
+        completion), charged in place of the estimate, if known."""
+        queue = self._classes[ticket.priority]
+        left = queue.active.get(ticket.team_id, 0) - 1
+        if left > 0:
+            queue.active[ticket.team_id] = left
+        else:
+            queue.active.pop(ticket.team_id, None)
+        if served_tokens is not None:
+            queue.charge(ticket.team_id, served_tokens - ticket.prompt_tokens, ticket.weight)

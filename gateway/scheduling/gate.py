@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.providers.base import TokenUsage
+from gateway.routing.directives import Priority
 from gateway.scheduling.fair_queue import FairQueue, Waiter
 from gateway.scheduling.permits import Caps, PermitBank, fits
 from gateway.scheduling.server_load import ServerLoad
@@ -57,6 +58,14 @@ class Grant:
             self.gate.give_back(self, usage)
 
 
+def batch_caps(caps: Caps, interactive_reserve: float) -> Caps:
+    """The caps batch work sees: the concurrency less the slots kept for interactive arrivals."""
+    if caps.max_concurrency is None:
+        return caps
+    kept = int(caps.max_concurrency * interactive_reserve)
+    return Caps(max(1, caps.max_concurrency - kept), caps.max_tokens_in_flight)
+
+
 class ReplicaGate:
     def __init__(
         self,
@@ -66,10 +75,12 @@ class ReplicaGate:
         bank: PermitBank | None = None,
         *,
         batch_share: float,
+        interactive_reserve: float = 0.0,
         load: ServerLoad | None = None,
         observe_wait: Callable[[str, float], None] = lambda priority, seconds: None,
     ) -> None:
         self.provider, self.url, self.caps = provider, url, caps
+        self._batch_caps = batch_caps(caps, interactive_reserve)
         self.queue = FairQueue(batch_share)
         self.in_flight = 0  # granted by this process and not yet released
         self.tokens_in_flight = 0
@@ -93,9 +104,8 @@ class ReplicaGate:
         `timeout_s`, QueueFull when it would wait and `queue_full()`. The caller's cancellation
         (its client left) takes it out of the queue."""
         if not self.queue:
-            permit = await self._try(ticket.tokens, waiting=0)
-            if permit is not None:  # charged as a dispatch from the queue is
-                self.queue.charge(ticket.team_id, ticket.priority, ticket.prompt_tokens, ticket.weight)
+            permit = await self._try(ticket, waiting=0)
+            if permit is not None:
                 return self._granted(ticket, permit, 0.0)
         if queue_full():
             raise QueueFull(
@@ -127,7 +137,7 @@ class ReplicaGate:
             raise
         return grant
 
-    async def _try(self, tokens: int, waiting: int) -> Permit | None:
+    async def _try(self, ticket: Ticket, waiting: int) -> Permit | None:
         """A permit now (from the shared bank, or counted here alone), or None.
 
         The server's load is checked and the dispatch counted before the bank is asked: the
@@ -137,15 +147,16 @@ class ReplicaGate:
             if not load.may_dispatch():
                 return None
             load.dispatched()
-        permit = await self._permit(tokens, waiting)
+        caps = self._batch_caps if ticket.priority is Priority.BATCH else self.caps
+        permit = await self._permit(ticket.tokens, caps, waiting)
         if permit is None and load is not None:
             load.withdrawn()
         return permit
 
-    async def _permit(self, tokens: int, waiting: int) -> Permit | None:
+    async def _permit(self, tokens: int, caps: Caps, waiting: int) -> Permit | None:
         if self._bank is not None and time.monotonic() >= self._degraded_until:
             try:
-                granted = await self._bank.acquire(self.url, tokens, self.caps, waiting)
+                granted = await self._bank.acquire(self.url, tokens, caps, waiting)
             except (RedisError, OSError) as exc:
                 self._degraded_until = time.monotonic() + DEGRADED_RETRY_S
                 log.warning(
@@ -157,11 +168,12 @@ class ReplicaGate:
             else:
                 return Permit(self._bank) if granted else None
         # No shared bank, or it is unreachable: what this process has in flight here decides.
-        return Permit(None) if fits(self.caps, self.in_flight, self.tokens_in_flight, tokens) else None
+        return Permit(None) if fits(caps, self.in_flight, self.tokens_in_flight, tokens) else None
 
     def _granted(self, ticket: Ticket, permit: Permit, waited_s: float) -> Grant:
         self.in_flight += 1
         self.tokens_in_flight += ticket.tokens
+        self.queue.started(ticket)
         self._observe_wait(ticket.priority.value, waited_s)
         return Grant(self.url, waited_s, self, ticket, permit.bank)
 
@@ -174,9 +186,10 @@ class ReplicaGate:
             grant.bank.release(self.url, ticket.tokens)
         if self.server_load is not None:
             self.server_load.completed()
-        if usage is not None:  # the team is charged what it was served, not what was guessed
+        served = None  # the team is charged what it was served, not what was guessed
+        if usage is not None:
             served = max(usage.prompt_tokens - usage.cached_tokens, 0) + usage.completion_tokens
-            self.queue.charge(ticket.team_id, ticket.priority, served - ticket.prompt_tokens, ticket.weight)
+        self.queue.finished(ticket, served)
         self._wake.set()
 
     async def _run_pump(self) -> None:
@@ -185,7 +198,7 @@ class ReplicaGate:
                 waiter = self.queue.peek()
                 assert waiter is not None
                 self._wake.clear()  # a release during the ask below wakes the sleep after it
-                permit = await self._try(waiter.ticket.tokens, waiting=len(self.queue))
+                permit = await self._try(waiter.ticket, waiting=len(self.queue))
                 if permit is None:
                     await self._sleep()
                     continue

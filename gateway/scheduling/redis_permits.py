@@ -7,8 +7,8 @@ what it held. The lease runs on Redis's clock (TIME), so hosts never disagree ab
 Every acquire is its own script call (EVALSHA), sent through the group commit so that the acquires
 of the same moment share a round trip. They are not merged into one call per replica: each carries
 its own caller's waiting count and gets its own answer, and a gate asks for one replica at a time
-anyway. Releases never block: those of one replica queued before the next round trip go out as one
-decrement, in the background.
+anyway. Releases never block: those of one replica made before the next round trip goes out are one
+decrement, sent in the background by one task.
 
 This process keeps an exact count of what it holds at each replica. Every `lease_s / 3` it writes
 those counts to Redis as absolute values, which renews its lease and undoes any drift (a release
@@ -96,6 +96,9 @@ class RedisPermits:
         self._restate_script = redis.register_script(RESTATE)
         self._totals = redis.register_script(TOTALS)
         self._keys: dict[str, list[str]] = {}
+        # Per replica, the tokens of the releases the next decrement carries (one command and one
+        # background task for all the releases of a round trip, not one each)
+        self._releasing: dict[str, list[int]] = {}
         self._holdings: dict[str, _Holding] = {}
         self._writes: set[asyncio.Task[None]] = set()  # kept until done: a task nobody holds may be collected
         self._renewal: asyncio.Task[None] | None = None
@@ -138,11 +141,17 @@ class RedisPermits:
             return
         holding.permits -= 1
         holding.tokens = max(0, holding.tokens - tokens)
+        batch = self._releasing.get(replica)
+        if batch is not None:  # a decrement for this replica is queued: it carries this one too
+            batch.append(tokens)
+            return
+        batch = self._releasing[replica] = [tokens]
 
-        def decrement(items: list[int]) -> tuple[list[str], tuple[EncodableT, ...]]:
-            return self._keys_of(replica), (self.process, len(items), sum(items), self._lease_ms)
+        def decrement(_: list[None]) -> tuple[list[str], tuple[EncodableT, ...]]:
+            self._releasing.pop(replica, None)  # going out: later releases start the next one
+            return self._keys_of(replica), (self.process, len(batch), sum(batch), self._lease_ms)
 
-        self._write(replica, holding, self._batcher.merge_script(self._release, replica, tokens, decrement))
+        self._write(replica, holding, self._batcher.merge_script(self._release, replica, None, decrement))
 
     async def totals(self, replica: str) -> PermitTotals:
         in_flight, tokens, processes = await self._call(self._totals, replica, ())

@@ -84,6 +84,7 @@ class ProviderQueue:
                     caps,
                     bank,
                     batch_share=settings.batch_share,
+                    interactive_reserve=settings.interactive_reserve,
                     observe_wait=lambda priority, s: observe_wait(provider.name, priority, s),
                 )
                 self.gates.append(gate)

@@ -15,7 +15,9 @@ that read:
 - Not saturated: the server has room, but how much is unknown. Allow a burst per read,
   dispatched_since - completed_since < max(R, 4) + target_waiting + 1, at most doubling the
   load per read like a slow start, so that a flood of arrivals between two reads does not land
-  on the server all at once.
+  on the server all at once; and no more than the KV cache has room for below kv_cache_high at
+  the running requests' mean use (R * (kv_cache_high - K) / K, plus target_waiting): a burst
+  that fills the cache past it makes the server preempt as its sequences grow.
 - No good read within `metrics_stale_s`, or none yet: always allowed, and the caps alone hold.
   Metrics that cannot be read never hold or fail a request.
 """
@@ -163,7 +165,16 @@ class ServerLoad:
         kv_high = reading.kv_usage is not None and reading.kv_usage >= settings.kv_cache_high
         if reading.waiting > 0 or kv_high:
             return reading.waiting + net < settings.target_waiting
-        return net < max(reading.running, MIN_BURST) + settings.target_waiting + 1
+        return net < self._burst(reading)
+
+    def _burst(self, reading: LoadReading) -> int:
+        """How many more requests than have ended this process may send before the next read."""
+        burst = max(int(reading.running), MIN_BURST) + self._settings.target_waiting + 1
+        if reading.kv_usage and reading.running >= 1:  # no more than the KV cache has room for
+            per_request = reading.kv_usage / reading.running
+            room = int((self._settings.kv_cache_high - reading.kv_usage) / per_request)
+            burst = min(burst, max(room, 0) + self._settings.target_waiting)
+        return burst
 
     def dispatched(self) -> None:
         """This process sent the replica one request."""

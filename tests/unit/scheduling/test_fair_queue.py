@@ -20,8 +20,10 @@ def serve(queue: FairQueue, dispatches: int, refill: dict[str, Waiter] | None = 
         chosen = queue.peek()
         assert chosen is not None
         assert queue.take(chosen)
+        queue.started(chosen.ticket)
         tokens[chosen.team_id] += chosen.ticket.prompt_tokens
         queue.push(waiter(chosen.team_id, chosen.ticket.prompt_tokens, chosen.priority, chosen.ticket.weight))
+        queue.finished(chosen.ticket, None)
     return tokens
 
 
@@ -93,14 +95,32 @@ def test_real_usage_corrects_the_estimate() -> None:
         queue.push(waiter("b", 100))
     chosen = queue.peek()
     assert chosen is not None and queue.take(chosen)
+    queue.started(chosen.ticket)
     # It produced 10,000 completion tokens: its team waits until the other has caught up.
-    queue.charge(chosen.team_id, Priority.INTERACTIVE, 10_000, 1.0)
+    queue.finished(chosen.ticket, 100 + 10_000)
     other = "b" if chosen.team_id == "a" else "a"
     for _ in range(2):
         nxt = queue.peek()
         assert nxt is not None and nxt.team_id == other
         assert queue.take(nxt)
+        queue.started(nxt.ticket)
         queue.push(waiter(other, 100))
+
+
+def test_a_team_with_requests_running_keeps_its_place() -> None:
+    """A team whose queue empties while its requests run is not idle: it is not lifted."""
+    queue = FairQueue(batch_share=0.1)
+    for _ in range(2):
+        queue.push(waiter("heavy", 8000))  # heavy keeps two queued
+    queue.push(waiter("light", 100))  # light keeps one queued, and its queue empties on each take
+    served: Counter[str] = Counter()
+    for _ in range(200):
+        nxt = queue.peek()
+        assert nxt is not None and queue.take(nxt)
+        queue.started(nxt.ticket)  # and it runs on: nothing finishes here
+        served[nxt.team_id] += nxt.ticket.prompt_tokens
+        queue.push(waiter(nxt.team_id, nxt.ticket.prompt_tokens))
+    assert 0.8 < served["light"] / served["heavy"] < 1.25  # tokens, not turns, are shared
 
 
 def test_batch_share_above_a_half_is_kept_too() -> None:

@@ -134,3 +134,18 @@ async def test_the_real_usage_is_charged_to_the_team() -> None:
             task.result().release()
     teams = [t.result().ticket.team_id for t in served]  # type: ignore[union-attr]
     assert teams[:2] == ["light", "light"]
+
+
+async def test_batch_work_leaves_the_interactive_reserve_free() -> None:
+    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=20), batch_share=0.1, interactive_reserve=0.05)
+    batch = [await replica.enter(ticket(priority=Priority.BATCH), 1.0, never_full) for _ in range(19)]
+    waiting = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # the 20th slot is kept
+    interactive = await asyncio.wait_for(replica.enter(ticket(), 1.0, never_full), 0.5)
+    assert replica.in_flight == 20
+    interactive.release()
+    batch.pop().release()
+    (await asyncio.wait_for(waiting, 1.0)).release()
+    for grant in batch:
+        grant.release()

@@ -259,17 +259,17 @@ async def test_a_high_kv_cache_takes_only_replacements_and_the_target(
 async def test_a_server_with_room_takes_a_burst_per_read(
     client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
 ) -> None:
-    endpoint.text = vllm_text(waiting=0, running=10, kv=0.89)
+    endpoint.text = vllm_text(waiting=0, running=10, kv=0.1)
     load = server_load(client, clock, target_waiting=1, kv_cache_high=0.9)
     await load.read()
 
-    assert dispatch_all(load) == 12  # max(10, 4) + 1 + 1
+    assert dispatch_all(load) == 12  # max(10, 4) + 1 + 1: the KV cache has room for 80 more
     load.completed()
     assert dispatch_all(load) == 1
     assert load.snapshot() == {
         "waiting": 0,
         "running": 10,
-        "kv_usage": 0.89,
+        "kv_usage": 0.1,
         "age_s": 0.0,
         "stale": False,
         "held": True,
@@ -277,7 +277,11 @@ async def test_a_server_with_room_takes_a_burst_per_read(
 
     endpoint.text = vllm_text(waiting=0, running=23, kv=0.5)
     await load.read()  # a new read starts a new count
-    assert dispatch_all(load) == 25
+    assert dispatch_all(load) == 19  # room for int(0.4 / (0.5 / 23)) = 18 below 0.9, plus 1
+
+    endpoint.text = vllm_text(waiting=0, running=10, kv=0.89)
+    await load.read()  # nearly full: the burst shrinks to what fits, not to the doubling rule
+    assert dispatch_all(load) == 1
 
 
 async def test_an_idle_server_takes_the_smallest_burst(
