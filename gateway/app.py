@@ -12,8 +12,10 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from gateway.api.admin import ADMIN_CONTROLLERS
+from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
 from gateway.api.batches import BATCH_HANDLERS
 from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.files import FILE_HANDLERS
 from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
@@ -72,6 +74,8 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         route_handlers=[
             *OPENAI_HANDLERS,
             *BATCH_HANDLERS,
+            *FILE_HANDLERS,
+            *BATCH_JOB_HANDLERS,
             *USAGE_HANDLERS,
             *PROVIDER_HANDLERS,
             *ADMIN_CONTROLLERS,

@@ -25,6 +25,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
+from gateway.jobs.runner import JobRunner
 from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, Reservations, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
@@ -69,6 +70,7 @@ class Services:
     pipeline: ProxyPipeline
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    job_runner: JobRunner | None = None  # this process's share of the Batch API's jobs
 
     def start_background(self) -> None:
         self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
@@ -76,6 +78,9 @@ class Services:
         self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
         self.tasks.append(asyncio.create_task(watch_loop_lag(self.metrics), name="loop-lag"))
         self.executor.scheduler.start()
+        if self.settings.catalog.jobs.runner:
+            self.job_runner = JobRunner(self)
+            self.tasks.append(asyncio.create_task(self.job_runner.run(), name="batch-jobs"))
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
@@ -99,7 +104,10 @@ class Services:
             await asyncio.sleep(HEALTH_REFRESH_S)
 
     async def aclose(self) -> None:
-        """Graceful stop: drain metering first (nothing buffered is lost), then close clients."""
+        """Graceful stop: hand the batch jobs back, drain metering (nothing buffered is lost), then
+        close clients."""
+        if self.job_runner is not None:
+            await self.job_runner.stop()
         await self.writer.stop(drain_timeout_s=10.0)
         for task in self.tasks:
             task.cancel()

@@ -139,15 +139,29 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     max_queued: int = 100_000  # waiting requests per provider; beyond: 429 queue_full
     # The share of dispatches batch work keeps while interactive work waits too: never starved
     batch_share: float = 0.1
+    # The share of each replica's max_concurrency that batch work leaves free for interactive
+    # arrivals (rounded down: none below 20 slots at 0.05), so they do not wait for a batch
+    # request to end
+    interactive_reserve: float = 0.05
     # A cache key's replica is skipped once its load passes this multiple of the mean
     # (consistent hashing with bounded loads)
-    affinity_load_bound: float = 1.25
+    affinity_load_bound: float = 1.5
     metrics_interval_s: float = 0.1  # how often a `load_metrics` replica's /metrics is read
     metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
     # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
     target_waiting: int = 1
     kv_cache_high: float = 0.9  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
     permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
+
+
+class JobSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How this process runs Batch API jobs (gateway.jobs.runner)."""
+
+    runner: bool = True  # claim and run jobs in this process
+    lease_s: float = 10.0  # a claim lasts this long unless renewed; a dead holder's job moves after it
+    poll_interval_s: float = 1.0  # how often an idle runner looks for a job to claim
+    concurrency: int = 256  # lines of one job in flight at once, per process
+    pause_s: float = 5.0  # the wait before trying again after the pinned upstream failed
 
 
 class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -158,6 +172,7 @@ class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     batches: BatchSettings = BatchSettings()
     limits: LimitSettings = LimitSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
+    jobs: JobSettings = JobSettings()
 
     def provider(self, name: str) -> Provider:
         return next(p for p in self.providers if p.name == name)
@@ -370,6 +385,7 @@ def _check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
         "scheduling.queue_timeout_s.batch": scheduling.queue_timeout_s.batch > 0,
         "scheduling.max_queued": scheduling.max_queued >= 0,
         "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
+        "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
         "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
         "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
         "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
@@ -382,8 +398,21 @@ def _check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
             raise ConfigError(f"{path}: {key}: out of range")
 
 
+def _check_jobs(jobs: JobSettings, path: Path) -> None:
+    checks = {
+        "jobs.lease_s": jobs.lease_s >= 0.5,
+        "jobs.poll_interval_s": jobs.poll_interval_s > 0,
+        "jobs.concurrency": jobs.concurrency >= 1,
+        "jobs.pause_s": jobs.pause_s >= 0,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {key}: out of range")
+
+
 def _check_tuning(catalog: Catalog, path: Path) -> None:
     _check_scheduling(catalog.scheduling, path)
+    _check_jobs(catalog.jobs, path)
     if catalog.retry.max_attempts < 1:
         raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
     checks = {

@@ -1,0 +1,151 @@
+"""`/v1/batches`: create, list, retrieve and cancel the caller's team's batch jobs (OpenAI's Batch API).
+
+Cancelling a job already `cancelling` or `cancelled` answers the batch unchanged, as OpenAI does;
+one past cancelling (`finalizing`, `completed`, `failed`, `expired`) is a 409 `conflict`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.params import FromPath, QueryParameter
+from msgspec import UNSET, UnsetType
+
+from gateway.api.admin.body import decode_body
+from gateway.api.files import authenticated
+from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema
+from gateway.api.query_params import page_size, path_id, text_param
+from gateway.db.models import BatchJob
+from gateway.db.teams import as_utc
+from gateway.jobs import batches
+from gateway.schemas.batch_api import (
+    Batch,
+    BatchCreate,
+    BatchError,
+    BatchErrors,
+    BatchList,
+    BatchUsage,
+    GatewayPlacement,
+    InputTokensDetails,
+    OutputTokensDetails,
+    RequestCounts,
+    present,
+)
+from gateway.services import services_of
+
+JSON = "application/json"
+DEFAULT_PAGE, MAX_PAGE = 20, 100  # OpenAI's
+_PIN_HEADERS = [h for h in DIRECTIVE_HEADERS if h["name"] in ("X-Gateway-Region", "X-Gateway-Provider")]
+
+
+def _unix(moment: datetime | None) -> int | UnsetType:
+    return UNSET if moment is None else int(as_utc(moment).timestamp())
+
+
+def _errors(job: BatchJob) -> BatchErrors | UnsetType:
+    if not job.errors:
+        return UNSET
+    return BatchErrors([msgspec.convert(item, BatchError) for item in job.errors])
+
+
+def batch_object(job: BatchJob) -> Batch:
+    return Batch(
+        id=job.id,
+        endpoint=job.endpoint,
+        input_file_id=job.input_file_id,
+        completion_window=job.completion_window,
+        status=job.status,
+        created_at=int(as_utc(job.created_at).timestamp()),
+        expires_at=int(as_utc(job.expires_at).timestamp()),
+        request_counts=RequestCounts(job.request_total, job.request_completed, job.request_failed),
+        usage=BatchUsage(
+            input_tokens=job.prompt_tokens,
+            output_tokens=job.completion_tokens,
+            total_tokens=job.prompt_tokens + job.completion_tokens,
+            input_tokens_details=InputTokensDetails(job.cached_tokens),
+            output_tokens_details=OutputTokensDetails(),
+        ),
+        gateway=GatewayPlacement(job.deployment, job.paused_reason),
+        model=present(job.model),
+        errors=_errors(job),
+        output_file_id=present(job.output_file_id),
+        error_file_id=present(job.error_file_id),
+        in_progress_at=_unix(job.in_progress_at),
+        finalizing_at=_unix(job.finalizing_at),
+        completed_at=_unix(job.completed_at),
+        failed_at=_unix(job.failed_at),
+        expired_at=_unix(job.expired_at),
+        cancelling_at=_unix(job.cancelling_at),
+        cancelled_at=_unix(job.cancelled_at),
+        metadata=job.metadata_,
+    )
+
+
+def _json(payload: object) -> Response[bytes]:
+    return Response(msgspec.json.encode(payload), media_type=JSON)
+
+
+@post(
+    "/v1/batches",
+    status_code=200,
+    operation_class=documented(
+        body=json_schema(BatchCreate), response=json_schema(Batch), headers=_PIN_HEADERS
+    ),
+)
+async def create_batch(request: Request) -> Response[bytes]:
+    """A bad input file still makes a batch: `failed`, its `errors` naming the lines."""
+    principal = await authenticated(request)
+    spec = decode_body(await request.body(), BatchCreate)
+    batches.check_metadata(spec.metadata)
+    directives = batches.job_directives(request.headers, spec.metadata)
+    services = services_of(request)
+    async with services.sessions.begin() as session:
+        job = await batches.create_job(
+            session, batches.JobRequest(principal, spec, directives), services.table
+        )
+    return _json(batch_object(job))
+
+
+@get("/v1/batches", operation_class=documented(response=json_schema(BatchList)))
+async def list_batches(
+    request: Request,
+    limit: Annotated[
+        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+    ] = None,
+    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+) -> Response[bytes]:
+    principal = await authenticated(request)
+    size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
+    async with services_of(request).sessions() as session:
+        rows, has_more = await batches.list_jobs(
+            session, principal.team_id, limit=size, after=text_param(after, "after")
+        )
+    data = [batch_object(row) for row in rows]
+    first, last = (data[0].id, data[-1].id) if data else (None, None)
+    return _json(BatchList(data, first, last, has_more))
+
+
+@get("/v1/batches/{batch_id:str}", operation_class=documented(response=json_schema(Batch)))
+async def retrieve_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
+    principal = await authenticated(request)
+    async with services_of(request).sessions() as session:
+        job = await batches.get_job(session, principal.team_id, path_id(batch_id, "batch_id"))
+    return _json(batch_object(job))
+
+
+@post(
+    "/v1/batches/{batch_id:str}/cancel",
+    status_code=200,
+    operation_class=documented(response=json_schema(Batch)),
+)
+async def cancel_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
+    principal = await authenticated(request)
+    async with services_of(request).sessions.begin() as session:
+        job = await batches.cancel_job(session, principal.team_id, path_id(batch_id, "batch_id"))
+    return _json(batch_object(job))
+
+
+BATCH_JOB_HANDLERS = [create_batch, list_batches, retrieve_batch, cancel_batch]

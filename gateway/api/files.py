@@ -1,0 +1,174 @@
+"""`/v1/files`: upload, list, read, download and delete the caller's team's files (OpenAI's Files API).
+
+Only purpose `batch` may be uploaded: the gateway keeps files for its Batch API. An upload may be
+up to OpenAI's batch input limit (`MAX_FILE_BYTES`), above the gateway's `limits.max_body_bytes`:
+this route alone raises Litestar's body limit, and the multipart parser spools the file to disk
+while it arrives. The whole file is then held in memory once, to store it in the database.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import UploadFile
+from litestar.params import FromPath, QueryParameter
+from msgspec import UNSET
+
+from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.query_params import page_size, path_id, text_param
+from gateway.auth.principal import Principal
+from gateway.db.models import StoredFile
+from gateway.db.teams import as_utc
+from gateway.errors import InvalidRequest
+from gateway.jobs import files
+from gateway.schemas.batch_api import FileDeleted, FileList, OpenAIFile
+from gateway.services import services_of
+
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's limit for a batch input file
+MULTIPART_SLACK_BYTES = 64 * 1024  # the boundaries and part headers around the file
+UPLOAD_PURPOSES = (files.BATCH_INPUT,)
+MAX_FILENAME = 512  # StoredFile.filename's column
+DEFAULT_PAGE = MAX_PAGE = 10_000  # OpenAI's default and maximum
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+async def authenticated(request: Request) -> Principal:
+    """The caller's team key; kept on the request so that an error's log line names the key."""
+    services = services_of(request)
+    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+    request.state.principal = principal
+    return principal
+
+
+def file_object(stored: StoredFile) -> OpenAIFile:
+    return OpenAIFile(
+        id=stored.id,
+        bytes=stored.bytes,
+        created_at=int(as_utc(stored.created_at).timestamp()),
+        filename=stored.filename,
+        purpose=files.wire_purpose(stored.purpose),
+        expires_at=UNSET if stored.expires_at is None else int(as_utc(stored.expires_at).timestamp()),
+    )
+
+
+def _json(payload: object) -> Response[bytes]:
+    return Response(msgspec.json.encode(payload), media_type=JSON)
+
+
+def _purpose(value: object) -> str:
+    if value not in UPLOAD_PURPOSES:
+        raise InvalidRequest(
+            f"purpose must be one of: {', '.join(UPLOAD_PURPOSES)} (the gateway stores files for batches only).",
+            param="purpose",
+        )
+    return str(value)
+
+
+def _filename(upload: UploadFile) -> str:
+    name = _CONTROL.sub("", upload.filename or "").strip()
+    return name[:MAX_FILENAME] or "upload.jsonl"
+
+
+async def _read(upload: UploadFile) -> bytes:
+    data = await upload.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidRequest(
+            f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB, the limit for a batch's input.",
+            param="file",
+            code="file_too_large",
+            status=413,
+        )
+    return data
+
+
+@post(
+    "/v1/files",
+    status_code=200,
+    request_max_body_size=MAX_FILE_BYTES + MULTIPART_SLACK_BYTES,
+    operation_class=documented(response=json_schema(OpenAIFile)),
+)
+async def upload_file(request: Request) -> Response[bytes]:
+    """multipart/form-data: `file` and `purpose`."""
+    principal = await authenticated(request)  # before the upload is read
+    form = await request.form()
+    try:
+        purpose = _purpose(form.get("purpose"))
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest("file must be the uploaded file (multipart/form-data).", param="file")
+        data = await _read(upload)
+        async with services_of(request).sessions.begin() as session:
+            stored = await files.store_file(session, principal.team_id, purpose, _filename(upload), data)
+    finally:
+        for value in form.values():
+            if isinstance(value, UploadFile):
+                await value.close()
+    return _json(file_object(stored))
+
+
+def _order(value: str | None) -> bool:
+    """True for newest first (OpenAI's default `desc`)."""
+    if value not in (None, "asc", "desc"):
+        raise InvalidRequest("order must be asc or desc.", param="order")
+    return value != "asc"
+
+
+@get("/v1/files", operation_class=documented(response=json_schema(FileList)))
+async def list_files(
+    request: Request,
+    purpose: Annotated[str | None, QueryParameter(description="only files of this purpose")] = None,
+    limit: Annotated[
+        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+    ] = None,
+    order: Annotated[str | None, QueryParameter(description="asc or desc (default) by created_at")] = None,
+    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+) -> Response[bytes]:
+    principal = await authenticated(request)
+    newest_first = _order(order)
+    size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
+    async with services_of(request).sessions() as session:
+        rows, has_more = await files.list_files(
+            session,
+            principal.team_id,
+            purpose=text_param(purpose, "purpose"),
+            limit=size,
+            after=text_param(after, "after"),
+            newest_first=newest_first,
+        )
+    data = [file_object(row) for row in rows]
+    first, last = (data[0].id, data[-1].id) if data else (None, None)
+    return _json(FileList(data, first, last, has_more))
+
+
+@get("/v1/files/{file_id:str}", operation_class=documented(response=json_schema(OpenAIFile)))
+async def retrieve_file(request: Request, file_id: FromPath[str]) -> Response[bytes]:
+    principal = await authenticated(request)
+    async with services_of(request).sessions() as session:
+        stored = await files.get_file(session, principal.team_id, path_id(file_id, "file_id"))
+    return _json(file_object(stored))
+
+
+@delete(
+    "/v1/files/{file_id:str}", status_code=200, operation_class=documented(response=json_schema(FileDeleted))
+)
+async def delete_file(request: Request, file_id: FromPath[str]) -> Response[bytes]:
+    principal = await authenticated(request)
+    async with services_of(request).sessions.begin() as session:
+        stored = await files.delete_file(session, principal.team_id, path_id(file_id, "file_id"))
+    return _json(FileDeleted(stored.id))
+
+
+@get("/v1/files/{file_id:str}/content", media_type=OCTETS, operation_class=documented())
+async def file_content(request: Request, file_id: FromPath[str]) -> Response[bytes]:
+    principal = await authenticated(request)
+    async with services_of(request).sessions() as session:
+        data = await files.file_bytes(session, principal.team_id, path_id(file_id, "file_id"))
+    return Response(data, media_type=OCTETS)
+
+
+FILE_HANDLERS = [upload_file, list_files, retrieve_file, delete_file, file_content]

@@ -1,0 +1,118 @@
+"""Files repository: a team's files of the Files API, stored in the database with their bytes apart.
+
+A file is the team's own: every read takes the team, and another team's file is as absent as a
+deleted one. Deleting keeps the row (a job still names its input file) and drops the bytes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, Select, delete, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.db.models import FileContent, StoredFile
+from gateway.db.teams import utcnow
+from gateway.errors import NotFound
+from gateway.jobs.pages import page_after
+
+BATCH_INPUT = "batch"
+BATCH_OUTPUT = "batch_output"
+BATCH_ERRORS = "batch_errors"
+# OpenAI gives a batch's error file the purpose batch_output too, and its File object knows no other.
+LISTED_AS = {BATCH_INPUT: (BATCH_INPUT,), BATCH_OUTPUT: (BATCH_OUTPUT, BATCH_ERRORS)}
+
+
+def new_file_id() -> str:
+    return "file-" + secrets.token_hex(12)
+
+
+def wire_purpose(purpose: str) -> str:
+    """The purpose as OpenAI's File object names it."""
+    return BATCH_OUTPUT if purpose == BATCH_ERRORS else purpose
+
+
+async def store_file(
+    session: AsyncSession,
+    team_id: str,
+    purpose: str,
+    filename: str,
+    data: bytes,
+    *,
+    expires_at: datetime | None = None,
+) -> StoredFile:
+    """Add the file and its bytes to the session; the caller commits."""
+    stored = StoredFile(
+        id=new_file_id(),
+        team_id=team_id,
+        purpose=purpose,
+        filename=filename,
+        bytes=len(data),
+        created_at=utcnow(),
+        expires_at=expires_at,
+    )
+    session.add(stored)
+    await session.flush()  # the content row's foreign key needs the file row first
+    session.add(FileContent(file_id=stored.id, data=data))
+    await session.flush()
+    return stored
+
+
+def _live(team_id: str) -> Sequence[ColumnElement[bool]]:
+    return (
+        StoredFile.team_id == team_id,
+        StoredFile.deleted_at.is_(None),
+        or_(StoredFile.expires_at.is_(None), StoredFile.expires_at > utcnow()),
+    )
+
+
+async def get_file(
+    session: AsyncSession, team_id: str, file_id: str, *, param: str = "file_id"
+) -> StoredFile:
+    """A live file of the team; NotFound (naming `param`) for an absent, deleted, expired or
+    another team's file."""
+    query = select(StoredFile).where(StoredFile.id == file_id, *_live(team_id))
+    stored = (await session.scalars(query)).first()
+    if stored is None:
+        raise NotFound(f"No such File object: {file_id}", param=param)
+    return stored
+
+
+async def file_bytes(session: AsyncSession, team_id: str, file_id: str) -> bytes:
+    """The content of a live file of the team; NotFound as `get_file`."""
+    query = (
+        select(FileContent.data)
+        .join(StoredFile, StoredFile.id == FileContent.file_id)
+        .where(StoredFile.id == file_id, *_live(team_id))
+    )
+    data = (await session.scalars(query)).first()
+    if data is None:
+        raise NotFound(f"No such File object: {file_id}", param="file_id")
+    return data
+
+
+async def list_files(
+    session: AsyncSession,
+    team_id: str,
+    *,
+    purpose: str | None,
+    limit: int,
+    after: str | None,
+    newest_first: bool,
+) -> tuple[list[StoredFile], bool]:
+    """A page of the team's live files, and whether more follow."""
+    query: Select[StoredFile] = select(StoredFile).where(*_live(team_id))
+    if purpose is not None:
+        query = query.where(StoredFile.purpose.in_(LISTED_AS.get(purpose, (purpose,))))
+    return await page_after(session, query, StoredFile, limit=limit, after=after, newest_first=newest_first)
+
+
+async def delete_file(session: AsyncSession, team_id: str, file_id: str) -> StoredFile:
+    """Mark the file deleted and drop its bytes; NotFound as `get_file`. The caller commits."""
+    stored = await get_file(session, team_id, file_id)
+    stored.deleted_at = utcnow()
+    await session.execute(delete(FileContent).where(FileContent.file_id == stored.id))
+    await session.flush()
+    return stored

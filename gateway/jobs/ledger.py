@@ -1,0 +1,295 @@
+"""The SQL of running jobs: claims and their leases, line outcomes (the ledger), final files.
+
+Every write after a claim is guarded by the claim's fencing token, so a process that lost its
+lease can never write again; a line's outcome, its usage record and the job's counts are one
+transaction, so a line is metered exactly once and the counts never run ahead of the outcomes.
+Each function that writes commits its own transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Insert, Table, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.auth.principal import Principal
+from gateway.db.keys import principal_of
+from gateway.db.models import ApiKey, BatchJob, BatchLine, Team, UsageRecord
+from gateway.jobs.files import BATCH_ERRORS, BATCH_OUTPUT, store_file
+from gateway.jobs.output_files import JobFiles, LineRecord
+from gateway.metering.events import UsageEvent
+from gateway.metering.writer import record_row
+
+# The statuses a runner works on; every other status is final.
+RUNNABLE = ("validating", "in_progress", "finalizing", "cancelling")
+SUCCEEDED, FAILED, PENDING = "succeeded", "failed", "pending"
+_RECORDS: Table = UsageRecord.__table__  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job as this process holds it: writes carry `fencing_token`."""
+
+    job_id: str
+    team_id: str
+    fencing_token: int
+    status: str  # at the moment of the claim
+
+
+@dataclass(frozen=True, slots=True)
+class PendingLine:
+    line_no: int
+    body: str  # the request body, JSON text
+
+
+@dataclass(frozen=True, slots=True)
+class LineOutcome:
+    """What one run of a line came to, as the ledger stores it."""
+
+    line_no: int
+    state: str  # succeeded or failed
+    status_code: int
+    response: str  # the answer's body (a chat completion, or an {"error": ...} object) as JSON text
+    request_id: str
+    attempts: int
+
+
+def _rows(result: object) -> int:
+    return cast(CursorResult[Any], result).rowcount
+
+
+def _held_by(claim: Claim) -> Any:
+    return (BatchJob.id == claim.job_id) & (BatchJob.fencing_token == claim.fencing_token)
+
+
+async def job_principal(session: AsyncSession, key_id: str) -> Principal:
+    """Who runs the job's lines: the key that created it, with its team's limits and weight."""
+    query = select(ApiKey, Team).join(Team, Team.id == ApiKey.team_id).where(ApiKey.id == key_id)
+    row = (await session.execute(query)).first()
+    if row is None:
+        raise LookupError(f"the key {key_id} of a batch job is gone")
+    return principal_of(row[0], row[1])
+
+
+async def claim_job(
+    session: AsyncSession, owner: str, lease_s: float, now: datetime, held: Collection[str] = ()
+) -> Claim | None:
+    """Take one runnable job whose lease is free or expired, in one statement; None if none is.
+
+    PostgreSQL skips a row another claimer has locked this instant instead of waiting for it."""
+    candidate = (
+        select(BatchJob.id)
+        .where(
+            BatchJob.status.in_(RUNNABLE),
+            or_(BatchJob.lease_expires_at.is_(None), BatchJob.lease_expires_at < now),
+            BatchJob.id.not_in(list(held)),
+        )
+        .order_by(BatchJob.created_at, BatchJob.id)
+        .limit(1)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        candidate = candidate.with_for_update(skip_locked=True)
+    statement = (
+        update(BatchJob)
+        .where(BatchJob.id == candidate.scalar_subquery())
+        .values(
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            fencing_token=BatchJob.fencing_token + 1,
+        )
+        .returning(BatchJob.id, BatchJob.team_id, BatchJob.fencing_token, BatchJob.status)
+        .execution_options(synchronize_session=False)
+    )
+    row = (await session.execute(statement)).first()
+    await session.commit()
+    return None if row is None else Claim(row.id, row.team_id, row.fencing_token, row.status)
+
+
+async def renew_lease(session: AsyncSession, claim: Claim, lease_s: float, now: datetime) -> str | None:
+    """Extend the lease; the job's status now (a cancel shows here), or None: the lease is lost, or
+    the job has just been given its final status."""
+    statement = (
+        update(BatchJob)
+        .where(_held_by(claim), BatchJob.status.in_(RUNNABLE))
+        .values(lease_expires_at=now + timedelta(seconds=lease_s))
+        .returning(BatchJob.status)
+        .execution_options(synchronize_session=False)
+    )
+    status = (await session.execute(statement)).scalar()
+    await session.commit()
+    return status
+
+
+async def release_lease(session: AsyncSession, claim: Claim) -> None:
+    """Give the job up now (a graceful stop), so that another process need not wait for the lease."""
+    statement = (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values(lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(statement)
+    await session.commit()
+
+
+async def load_job(session: AsyncSession, job_id: str) -> BatchJob:
+    job = await session.get(BatchJob, job_id, populate_existing=True)
+    if job is None:
+        raise LookupError(f"batch job {job_id} is gone")
+    return job
+
+
+async def move_job(
+    session: AsyncSession, claim: Claim, status: str, now: datetime, *, expect: Collection[str]
+) -> bool:
+    """Move the job from one of `expect` to `status`, stamping `{status}_at`; False if the lease
+    is lost or the job had moved on (a cancel)."""
+    statement = (
+        update(BatchJob)
+        .where(_held_by(claim), BatchJob.status.in_(list(expect)))
+        .values({"status": status, f"{status}_at": now})
+        .execution_options(synchronize_session=False)
+    )
+    moved = _rows(await session.execute(statement)) == 1
+    await session.commit()
+    return moved
+
+
+async def set_paused(session: AsyncSession, claim: Claim, reason: str | None) -> bool:
+    """Say why the job waits (a failing pinned deployment), or None once it runs again."""
+    statement = (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values(paused_reason=reason)
+        .execution_options(synchronize_session=False)
+    )
+    held = _rows(await session.execute(statement)) == 1
+    await session.commit()
+    return held
+
+
+async def pending_lines(session: AsyncSession, job_id: str) -> list[PendingLine]:
+    """The lines with no outcome, those sharing a prompt prefix together (the server's prefix
+    cache then hits), in input order within a prefix."""
+    query = (
+        select(BatchLine.line_no, BatchLine.body)
+        .where(BatchLine.job_id == job_id, BatchLine.state == PENDING)
+        .order_by(BatchLine.prefix_key, BatchLine.line_no)
+    )
+    return [PendingLine(row.line_no, row.body) for row in await session.execute(query)]
+
+
+async def record_outcome(
+    session: AsyncSession, claim: Claim, outcome: LineOutcome, event: UsageEvent | None, now: datetime
+) -> bool:
+    """Store a line's outcome, its usage record and its counts in one transaction; False (nothing
+    written) when the claim no longer holds the job or the line already has an outcome."""
+    stored = update(BatchLine).where(
+        BatchLine.job_id == claim.job_id,
+        BatchLine.line_no == outcome.line_no,
+        BatchLine.state == PENDING,
+        select(BatchJob.id).where(_held_by(claim)).exists(),
+    )
+    values = {
+        "state": outcome.state,
+        "status_code": outcome.status_code,
+        "response": outcome.response,
+        "request_id": outcome.request_id,
+        "attempts": outcome.attempts,
+        "fencing_token": claim.fencing_token,
+        "finished_at": now,
+    }
+    if _rows(await session.execute(stored.values(values).execution_options(synchronize_session=False))) != 1:
+        await session.rollback()
+        return False
+    # Guarded again: the claim may have moved since the line's statement; then nothing is kept.
+    if _rows(await session.execute(_counted(claim, outcome, event))) != 1:
+        await session.rollback()
+        return False
+    if event is not None:
+        dialect = session.get_bind().dialect.name
+        await session.execute(_insert_ignoring_duplicates(dialect), [record_row(event)])
+    await session.commit()
+    return True
+
+
+def _counted(claim: Claim, outcome: LineOutcome, event: UsageEvent | None) -> Any:
+    succeeded = int(outcome.state == SUCCEEDED)
+    return (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values(
+            request_completed=BatchJob.request_completed + succeeded,
+            request_failed=BatchJob.request_failed + (1 - succeeded),
+            prompt_tokens=BatchJob.prompt_tokens + (event.prompt_tokens if event else 0),
+            completion_tokens=BatchJob.completion_tokens + (event.completion_tokens if event else 0),
+            cached_tokens=BatchJob.cached_tokens + (event.cached_tokens if event else 0),
+            paused_reason=None,  # a line finished: the pinned deployment answers again
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
+    """A line's request id is its record's key: one record per line, however often it ran."""
+    if dialect_name == "postgresql":
+        return postgresql.insert(_RECORDS).on_conflict_do_nothing(index_elements=["request_id"])
+    if dialect_name == "sqlite":
+        return sqlite.insert(_RECORDS).on_conflict_do_nothing(index_elements=["request_id"])
+    raise RuntimeError(f"usage records cannot be written to a {dialect_name} database")
+
+
+async def line_records(session: AsyncSession, job_id: str) -> list[LineRecord]:
+    """Every line of the job with its outcome so far, in input order."""
+    query = (
+        select(
+            BatchLine.line_no,
+            BatchLine.custom_id,
+            BatchLine.state,
+            BatchLine.status_code,
+            BatchLine.response,
+            BatchLine.request_id,
+        )
+        .where(BatchLine.job_id == job_id)
+        .order_by(BatchLine.line_no)
+    )
+    return [
+        LineRecord(row.line_no, row.custom_id, row.state, row.status_code, row.response, row.request_id)
+        for row in await session.execute(query)
+    ]
+
+
+async def finish_job(
+    session: AsyncSession, claim: Claim, status: str, files: JobFiles, now: datetime
+) -> bool:
+    """Store the job's files and give it its final status, in one transaction; False (nothing
+    stored) when the claim no longer holds the job."""
+    final = (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values({"status": status, f"{status}_at": now, "paused_reason": None, "lease_expires_at": None})
+        .execution_options(synchronize_session=False)
+    )
+    # This statement locks the job's row: no claim can take it before the commit.
+    if _rows(await session.execute(final)) != 1:
+        await session.rollback()
+        return False
+    job_id, team_id = claim.job_id, claim.team_id
+    output = await store_file(session, team_id, BATCH_OUTPUT, f"{job_id}_output.jsonl", files.output)
+    errors = None
+    if files.errors:
+        errors = await store_file(session, team_id, BATCH_ERRORS, f"{job_id}_error.jsonl", files.errors)
+    named = (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values(output_file_id=output.id, error_file_id=None if errors is None else errors.id)
+        .execution_options(synchronize_session=False)
+    )
+    await session.execute(named)
+    await session.commit()
+    return True

@@ -1,0 +1,1 @@
+"""The batch job runner against real PostgreSQL."""

@@ -1,0 +1,1 @@
+"""Pure parts of the batch job runner."""
