@@ -142,15 +142,15 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # The share of each replica's max_concurrency that batch work leaves free for interactive
     # arrivals (rounded down: none below 20 slots at 0.05), so they do not wait for a batch
     # request to end
-    interactive_reserve: float = 0.05
+    interactive_reserve: float = 0.075
     # A cache key's replica is skipped once its load passes this multiple of the mean
     # (consistent hashing with bounded loads)
     affinity_load_bound: float = 1.5
     metrics_interval_s: float = 0.1  # how often a `load_metrics` replica's /metrics is read
     metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
     # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
-    target_waiting: int = 1
-    kv_cache_high: float = 0.9  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
+    target_waiting: int = 0
+    kv_cache_high: float = 0.8  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
     permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
 
 
