@@ -95,7 +95,8 @@ class RedisPermits:
         self._release = redis.register_script(RELEASE)
         self._restate_script = redis.register_script(RESTATE)
         self._totals = redis.register_script(TOTALS)
-        self._keys: dict[str, list[str]] = {}
+        self._keys: dict[str, list[bytes]] = {}
+        self._process_encoded = ("", b"")  # the process name and its bytes (it changes in a fork)
         # Per replica, the tokens of the releases the next decrement carries (one command and one
         # background task for all the releases of a round trip, not one each)
         self._releasing: dict[str, list[int]] = {}
@@ -113,7 +114,7 @@ class RedisPermits:
         counts locally meanwhile."""
         holding = self._holding(replica)
         args = (
-            self.process,
+            self._process_bytes(),
             tokens,
             caps.max_concurrency or 0,
             caps.max_tokens_in_flight or 0,
@@ -147,9 +148,9 @@ class RedisPermits:
             return
         batch = self._releasing[replica] = [tokens]
 
-        def decrement(_: list[None]) -> tuple[list[str], tuple[EncodableT, ...]]:
+        def decrement(_: list[None]) -> tuple[Sequence[EncodableT], tuple[EncodableT, ...]]:
             self._releasing.pop(replica, None)  # going out: later releases start the next one
-            return self._keys_of(replica), (self.process, len(batch), sum(batch), self._lease_ms)
+            return self._keys_of(replica), (self._process_bytes(), len(batch), sum(batch), self._lease_ms)
 
         self._write(replica, holding, self._batcher.merge_script(self._release, replica, None, decrement))
 
@@ -237,11 +238,19 @@ class RedisPermits:
             holding = self._holdings[replica] = _Holding()
         return holding
 
-    def _keys_of(self, replica: str) -> list[str]:
+    def _keys_of(self, replica: str) -> list[bytes]:
+        # Encoded once: redis-py encodes every str argument of every command it packs, and these
+        # go out with every acquire and release.
         keys = self._keys.get(replica)
         if keys is None:
-            keys = self._keys[replica] = replica_keys(replica)
+            keys = self._keys[replica] = [key.encode() for key in replica_keys(replica)]
         return keys
+
+    def _process_bytes(self) -> bytes:
+        name = self.process
+        if self._process_encoded[0] != name:
+            self._process_encoded = (name, name.encode())
+        return self._process_encoded[1]
 
     def _failed(self, exc: BaseException) -> None:
         if not self._failing:
