@@ -45,6 +45,7 @@ class Claim:
 class PendingLine:
     line_no: int
     body: str  # the request body, JSON text
+    prefix_key: str  # shared by the lines whose prompts start the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,13 @@ async def renew_lease(session: AsyncSession, claim: Claim, lease_s: float, now: 
     return status
 
 
+async def job_status(session: AsyncSession, claim: Claim) -> str | None:
+    """The job's status, read by its key alone (a cancel shows here between renewals); None when
+    another claim holds the job now."""
+    query = select(BatchJob.status).where(_held_by(claim))
+    return (await session.execute(query)).scalar()
+
+
 async def release_lease(session: AsyncSession, claim: Claim) -> None:
     """Give the job up now (a graceful stop), so that another process need not wait for the lease."""
     statement = (
@@ -177,11 +185,11 @@ async def pending_lines(session: AsyncSession, job_id: str) -> list[PendingLine]
     """The lines with no outcome, those sharing a prompt prefix together (the server's prefix
     cache then hits), in input order within a prefix."""
     query = (
-        select(BatchLine.line_no, BatchLine.body)
+        select(BatchLine.line_no, BatchLine.body, BatchLine.prefix_key)
         .where(BatchLine.job_id == job_id, BatchLine.state == PENDING)
         .order_by(BatchLine.prefix_key, BatchLine.line_no)
     )
-    return [PendingLine(row.line_no, row.body) for row in await session.execute(query)]
+    return [PendingLine(row.line_no, row.body, row.prefix_key) for row in await session.execute(query)]
 
 
 async def record_outcome(

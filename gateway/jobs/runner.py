@@ -2,10 +2,12 @@
 deployment, and stores each line's outcome in the ledger (`gateway.jobs.ledger`).
 
 `JobRunner(services).run()` claims one job every `jobs.poll_interval_s` and runs each claimed job
-in a task of its own (`JobRun`), renewing its lease every third of `jobs.lease_s`. A job's id is
-its batch id: its lines go to one deployment, at batch priority, and wait there while it fails
-(the job pauses; no line fails for it). A process killed mid-job stops renewing; another claims
-the job once the lease runs out and re-runs only the lines whose outcomes were never stored.
+in a task of its own (`JobRun`), renewing its lease every third of `jobs.lease_s` and reading its
+status every `STATUS_CHECK_S`, so that a cancel stops new lines at once. A job's id is its batch
+id: its lines go to one deployment, at batch priority, and wait there while it fails (the job
+pauses; no line fails for it). A process killed mid-job stops renewing; another claims the job
+once the lease runs out and re-runs only the lines whose outcomes were never stored. Sending one
+line is `gateway.jobs.line_sender`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import contextlib
 import os
 import secrets
 import socket
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,27 +25,13 @@ import structlog
 from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc, utcnow
-from gateway.errors import (
-    GatewayError,
-    InvalidRequest,
-    PinnedProviderUnavailable,
-    QueueTimeout,
-    RateLimited,
-    ServiceUnavailable,
-    UpstreamError,
-    UpstreamRejected,
-    UpstreamTooLarge,
-)
 from gateway.jobs import ledger
-from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
+from gateway.jobs.ledger import Claim, PendingLine
+from gateway.jobs.line_sender import LineRun, LineSender, LineUsage
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
 from gateway.limits import Reservations
-from gateway.metering.events import UsageEvent
-from gateway.providers.base import Endpoint
-from gateway.proxy.request import parse_request
-from gateway.proxy.service import ProxyContext, ProxyService
+from gateway.proxy.service import ProxyService
 from gateway.routing.directives import Directives, Priority
-from gateway.scheduling.ticket import Ticket
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -59,6 +46,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("gateway.jobs")
 # What a job's final status is, by what ended it, and what its unfinished lines are called.
 NEVER_RUN = {"completed": None, "cancelled": BATCH_CANCELLED, "expired": BATCH_EXPIRED}
+# How often a running job's status is read, so that a cancel stops new lines within this; the
+# lease renewal alone would see a cancel only every third of a lease.
+STATUS_CHECK_S = 0.5
 
 
 class RunnerServices(Protocol):
@@ -82,36 +72,12 @@ def process_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class LineUsage:
-    """The usage sink of the jobs' proxy: holds each line's event until its outcome is stored
-    with it (`ledger.record_outcome`), instead of buffering it for the usage writer."""
+class SendsLines(Protocol):
+    """What a job run sends its lines with (`LineSender`)."""
 
-    def __init__(self) -> None:
-        self._events: dict[str, UsageEvent] = {}
-
-    async def append(self, event: UsageEvent) -> None:
-        self._events[event.request_id] = event
-
-    def take(self, request_id: str) -> UsageEvent | None:
-        return self._events.pop(request_id, None)
-
-
-def refuses_line(exc: GatewayError) -> bool:
-    """The line itself is at fault (the upstream or the gateway refused it): asking again would
-    fail again, so it is a failed line. Anything else is the deployment's trouble: the job waits."""
-    if isinstance(exc, RateLimited | ServiceUnavailable):
-        return False
-    if isinstance(exc, UpstreamRejected | UpstreamTooLarge):
-        return True
-    return not isinstance(exc, UpstreamError) and 400 <= exc.status < 500
-
-
-def pause_reason(exc: GatewayError) -> str:
-    if isinstance(exc, PinnedProviderUnavailable):
-        return "pinned deployment unavailable"
-    if isinstance(exc, QueueTimeout):
-        return "pinned deployment busy: queue timeout"
-    return f"pinned deployment failing: {exc.code or type(exc).__name__}"
+    async def send(
+        self, job_id: str, line: PendingLine, principal: Principal, directives: Directives
+    ) -> LineRun: ...
 
 
 def job_directives(job: BatchJob) -> Directives:
@@ -119,69 +85,6 @@ def job_directives(job: BatchJob) -> Directives:
     given = job.directives or {}
     providers = tuple(name.strip() for name in given.get("provider", "").split(",") if name.strip())
     return Directives(batch=job.id, region=given.get("region"), providers=providers, priority=Priority.BATCH)
-
-
-@dataclass(frozen=True, slots=True)
-class LineRun:
-    """One send of a line: an outcome to store, or (outcome None) why the job must wait."""
-
-    outcome: LineOutcome | None
-    event: UsageEvent | None = None
-    paused: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LineSender:
-    """Sends one line of a job through the jobs' proxy and says what came of it."""
-
-    proxy: ProxyService
-    usage: LineUsage
-    reservations: Reservations
-    max_messages: int
-
-    async def send(
-        self, job_id: str, line: PendingLine, principal: Principal, directives: Directives
-    ) -> LineRun:
-        request_id = f"{job_id}-{line.line_no}"  # the line's one usage record, however often it runs
-        try:
-            ctx = self._context(request_id, line, principal, directives)
-        except InvalidRequest as exc:  # never sent: nothing to meter
-            return LineRun(_failed(line, request_id, exc, attempts=0))
-        try:
-            completed = await self.proxy.complete(ctx)
-        except GatewayError as exc:
-            event = self.usage.take(request_id)
-            if not refuses_line(exc):
-                return LineRun(None, paused=pause_reason(exc))
-            return LineRun(_failed(line, request_id, exc, ctx.attempts.count), event)
-        except BaseException:
-            self.usage.take(request_id)  # a cancelled send leaves nothing behind
-            raise
-        body = completed.response.body.decode()
-        done = LineOutcome(line.line_no, ledger.SUCCEEDED, 200, body, request_id, ctx.attempts.count)
-        return LineRun(done, self.usage.take(request_id))
-
-    def _context(
-        self, request_id: str, line: PendingLine, principal: Principal, directives: Directives
-    ) -> ProxyContext:
-        raw = line.body.encode()
-        parsed = parse_request(raw, Endpoint.CHAT, self.max_messages)
-        if parsed.stream:
-            raise InvalidRequest("A batch request cannot stream", param="stream")
-        allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
-        ticket = Ticket(
-            principal.team_id,
-            principal.team_weight,
-            Priority.BATCH,
-            allowed.prompt_tokens,
-            allowed.prompt_tokens + allowed.completion_tokens,
-        )
-        return ProxyContext(request_id, principal, parsed, directives, ticket)
-
-
-def _failed(line: PendingLine, request_id: str, exc: GatewayError, attempts: int) -> LineOutcome:
-    """A refused line: the error file shows its status and the error body, as the API would."""
-    return LineOutcome(line.line_no, ledger.FAILED, exc.status, exc.to_json().decode(), request_id, attempts)
 
 
 class JobRun:
@@ -192,13 +95,13 @@ class JobRun:
         claim: Claim,
         sessions: async_sessionmaker[AsyncSession],
         settings: JobSettings,
-        sender: LineSender,
+        sender: SendsLines,
     ) -> None:
         self.claim = claim
         self._sessions = sessions
         self._settings = settings
         self._sender = sender
-        self._cancelled = asyncio.Event()  # the API asked to cancel (seen at a renewal)
+        self._cancelled = asyncio.Event()  # the API asked to cancel (seen by `_watch_status`)
         self._paused: str | None = None  # why the lines stopped going out, while they wait
         self._finishing = False  # the final transaction has begun
 
@@ -206,8 +109,10 @@ class JobRun:
         try:
             async with asyncio.TaskGroup() as group:
                 renewal = group.create_task(self._renew())
+                watch = group.create_task(self._watch_status())
                 await self._drive()
                 renewal.cancel()
+                watch.cancel()
         except* LeaseLost:
             log.warning("batch_lease_lost", batch=self.claim.job_id, fencing_token=self.claim.fencing_token)
 
@@ -225,6 +130,19 @@ class JobRun:
                 return  # the job is final, or the final write finds the lease lost itself
             if status is None:
                 raise LeaseLost(self.claim.job_id)
+            if status == "cancelling":
+                self._cancelled.set()
+
+    async def _watch_status(self) -> None:
+        """Read the job's status often, apart from the renewal, until it reads cancelling."""
+        while not self._cancelled.is_set():
+            await asyncio.sleep(STATUS_CHECK_S)
+            try:
+                async with self._sessions() as session:
+                    status = await ledger.job_status(session, self.claim)
+            except Exception as exc:  # the database is away: read again at the next check
+                log.debug("batch_status_check_failed", batch=self.claim.job_id, error=type(exc).__name__)
+                continue
             if status == "cancelling":
                 self._cancelled.set()
 

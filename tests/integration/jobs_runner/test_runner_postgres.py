@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -263,6 +264,31 @@ async def test_a_cancelled_job_keeps_its_finished_lines_and_reports_the_rest_can
     for line in errors[:3]:
         assert set(line) == LINE_FIELDS
     assert len(await usage_records(services.sessions, job_id)) == len(output)
+
+
+async def test_a_cancel_stops_new_lines_within_two_seconds_between_lease_renewals(
+    make_services: ServicesFactory, owner: Owner, services: Services
+) -> None:
+    # A long lease: its renewals come every 10 s, so only the status checks can see the cancel
+    # in time; lines of 100 ms, 4 at once, would keep going out for 10 s otherwise.
+    settings = msgspec.structs.replace(JOBS, lease_s=30.0, concurrency=4)
+    slow = {"latency_ms": 100}
+    job_id = await add_job(services.sessions, owner, [chat_body(n, mock=slow) for n in range(400)])
+    runner = JobRunner(make_services(catalog_with(services.settings.catalog.providers[0], settings)))
+
+    async with running(runner):
+        await eventually(lambda: finished_lines_at_least(services.sessions, job_id, 8))
+        cancelled_at = time.time()
+        await cancel(services.sessions, job_id)
+        await eventually(lambda: status_is(services.sessions, job_id, *FINAL))
+    job = await job_row(services.sessions, job_id)
+
+    assert job.status == "cancelled"
+    # A line's usage record is stamped when the line starts. The cancel must be seen within 2 s;
+    # after that, only lines the runner had begun to start (the in-flight window) may go out.
+    starts = [r.created_at.timestamp() for r in await usage_records(services.sessions, job_id)]
+    assert len(starts) == job.request_completed >= 8
+    assert len([start for start in starts if start > cancelled_at + 2.0]) <= settings.concurrency
 
 
 async def test_a_job_nobody_holds_in_cancelling_is_finished_by_the_next_claim(

@@ -1,0 +1,101 @@
+"""Which failures fail a line and which pause the job; the line usage sink; each line's cache key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    NoRoute,
+    PinnedProviderUnavailable,
+    QueueFull,
+    QueueTimeout,
+    UpstreamError,
+    UpstreamRateLimited,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+    UpstreamUnavailable,
+)
+from gateway.jobs.input_lines import prefix_key
+from gateway.jobs.line_sender import LineUsage, line_cache_key, pause_reason, refuses_line
+from gateway.metering.events import UsageEvent
+from gateway.providers.base import Endpoint
+from gateway.proxy.request import parse_request
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UpstreamRejected("bad request", status=400),
+        UpstreamRejected("no such model", status=404),
+        UpstreamTooLarge(),
+        InvalidRequest("messages must not be empty"),
+        NoRoute("no deployment in that region"),
+    ],
+)
+def test_a_line_fails_when_the_request_itself_is_refused(error: GatewayError) -> None:
+    assert refuses_line(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        PinnedProviderUnavailable("pinned deployment down"),
+        UpstreamUnavailable("503"),
+        UpstreamTimeout("504"),
+        UpstreamRateLimited("429"),
+        UpstreamError("500"),
+        QueueTimeout("waited too long"),
+        QueueFull("queue full"),
+    ],
+)
+def test_the_job_pauses_when_the_deployment_is_at_fault(error: GatewayError) -> None:
+    assert not refuses_line(error)
+
+
+def test_a_pause_says_why_without_the_upstreams_words() -> None:
+    assert pause_reason(PinnedProviderUnavailable("text from upstream")) == "pinned deployment unavailable"
+    assert "queue timeout" in pause_reason(QueueTimeout("x"))
+    assert "text" not in pause_reason(UpstreamError("text from upstream"))
+
+
+async def test_the_line_usage_sink_gives_each_event_once_to_its_line() -> None:
+    usage = LineUsage()
+    event = UsageEvent(
+        request_id="batch_1-0", created_at=0.0, team_id="t", key_id="k", model="m", provider="p",
+        region="eu", deployment="p/m", upstream_model="m", endpoint="chat/completions", status=200,
+    )  # fmt: skip
+    await usage.append(event)
+    assert usage.take("batch_1-1") is None
+    assert usage.take("batch_1-0") is event
+    assert usage.take("batch_1-0") is None
+
+
+def body(system: Any, question: str, **extra: Any) -> dict[str, Any]:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    return {"model": "m", "messages": messages, **extra}
+
+
+def cache_key_of(line_body: dict[str, Any]) -> str | None:
+    """The cache key a line's directives get, its prefix key made as the Batch API's create makes it."""
+    parsed = parse_request(json.dumps(line_body).encode(), Endpoint.CHAT, max_messages=100)
+    return line_cache_key("team-1", parsed, prefix_key(line_body))
+
+
+def test_lines_with_the_same_system_prompt_get_the_same_cache_key() -> None:
+    first = cache_key_of(body("You are terse.", "question 1"))
+    second = cache_key_of(body("You are terse.", "question 2"))
+    other = cache_key_of(body("You are verbose.", "question 1"))
+    assert first is not None and first == second
+    assert other is not None and other != first
+
+
+def test_a_line_that_brings_its_own_cache_key_or_breakpoint_keeps_it() -> None:
+    assert cache_key_of(body("You are terse.", "question 1", prompt_cache_key="mine")) is None
+    marked = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
+    assert cache_key_of(body(marked, "question 1")) is None
