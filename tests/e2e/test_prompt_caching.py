@@ -312,7 +312,7 @@ def test_a_cache_key_stays_on_one_replica_and_losing_a_replica_moves_only_its_ke
     seen = placements(replicas)
     assert sorted(seen) == list(KEYS)
     assert sum(sum(counts.values()) for counts in seen.values()) == 1000
-    before = home_replicas(seen)  # every key on exactly one replica
+    before = home_replicas(seen)  # every key at home on one replica
     assert set(before.values()) == {0, 1, 2}  # and the 20 keys spread over all three
 
     removed = 1
