@@ -39,5 +39,10 @@ bench: $(STAMP)
 bench-scheduling: $(STAMP)
 	$(BIN)/python -m bench.scheduling $(SCENARIOS)
 
+## The batch jobs benchmark (bench/batch_jobs): SIGKILLs mid-job, throughput, prefix cache; `SCENARIOS=crash` for one.
+.PHONY: bench-jobs
+bench-jobs: $(STAMP)
+	$(BIN)/python -m bench.batch_jobs $(SCENARIOS)
+
 clean:
 	rm -rf $(VENV) data build .pytest_cache .mypy_cache .ruff_cache
