@@ -58,6 +58,12 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cache_hints: str = "auto"
     headers: dict[str, str] = {}
     capacity: Capacity | None = None  # absent: unlimited, no queue
+    # Send non-streaming chat requests to the upstream as streams, to record their time to first
+    # token, and answer with the assembled completion (OpenAI-compatible kinds only).
+    measure_ttft: bool = False
+    # Who runs a Batch API job's lines: "gateway" (one by one, through the scheduler) or
+    # "provider" (the whole job goes to the provider's own batch API; openai, azure, anthropic)
+    batch_execution: str = "gateway"
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -68,12 +74,15 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """USD per million tokens; cached_input and cache_write fall back to input."""
+    """USD per million tokens; cached_input and cache_write fall back to input. batch_input and
+    batch_output price the lines a provider's own batch API ran (gateway.metering.pricing)."""
 
     input: Decimal = Decimal(0)
     output: Decimal = Decimal(0)
     cached_input: Decimal | None = None
     cache_write: Decimal | None = None
+    batch_input: Decimal | None = None
+    batch_output: Decimal | None = None
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -81,6 +90,9 @@ class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     model: str
     price: Price = Price()
     weight: float = 1.0
+    # The share taken off every rate for lines run by the provider's batch API (0.5: half price),
+    # where price.batch_input / batch_output are not given
+    batch_discount: Decimal | None = None
 
 
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -342,7 +354,10 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.connect_timeout_s: must be positive")
         if len(set(provider.urls)) != len(provider.urls):
             raise ConfigError(f"{where}.base_urls: a replica is listed twice")
+        if provider.measure_ttft and provider.kind is ProviderKind.ANTHROPIC:
+            raise ConfigError(f"{where}.measure_ttft: supported for OpenAI-compatible kinds only")
         _check_capacity(provider.capacity, where)
+        _check_batch_execution(provider, where)
     aliases: set[str] = set()
     for i, model in enumerate(catalog.models):
         where = f"{path}: models[{i}]"
@@ -359,13 +374,31 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                 )
             if deployment.weight <= 0:
                 raise ConfigError(f"{where}.deployments[{j}].weight: must be positive")
-            for field in ("input", "output", "cached_input", "cache_write"):
+            for field in ("input", "output", "cached_input", "cache_write", "batch_input", "batch_output"):
                 value = getattr(deployment.price, field)
                 if value is not None and not value.is_finite():
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must be a finite number")
                 if value is not None and value < 0:
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
+            discount = deployment.batch_discount
+            if discount is not None and not (discount.is_finite() and 0 <= discount <= 1):
+                raise ConfigError(f"{where}.deployments[{j}].batch_discount: must be between 0 and 1")
     _check_tuning(catalog, path)
+
+
+BATCH_EXECUTIONS = ("gateway", "provider")
+# The provider kinds whose own batch API the gateway can submit a job to (gateway.jobs.provider_batches)
+PROVIDER_BATCH_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.ANTHROPIC)
+
+
+def _check_batch_execution(provider: Provider, where: str) -> None:
+    if provider.batch_execution not in BATCH_EXECUTIONS:
+        raise ConfigError(f"{where}.batch_execution: must be gateway or provider")
+    if provider.batch_execution == "provider" and provider.kind not in PROVIDER_BATCH_KINDS:
+        raise ConfigError(
+            f"{where}.batch_execution: provider needs a provider of kind openai, azure or anthropic, "
+            f"not {provider.kind.value}"
+        )
 
 
 def _check_capacity(capacity: Capacity | None, where: str) -> None:

@@ -8,7 +8,7 @@ Each function that writes commits its own transaction.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -197,46 +197,67 @@ async def record_outcome(
 ) -> bool:
     """Store a line's outcome, its usage record and its counts in one transaction; False (nothing
     written) when the claim no longer holds the job or the line already has an outcome."""
-    stored = update(BatchLine).where(
-        BatchLine.job_id == claim.job_id,
-        BatchLine.line_no == outcome.line_no,
-        BatchLine.state == PENDING,
-        select(BatchJob.id).where(_held_by(claim)).exists(),
-    )
-    values = {
-        "state": outcome.state,
-        "status_code": outcome.status_code,
-        "response": outcome.response,
-        "request_id": outcome.request_id,
-        "attempts": outcome.attempts,
-        "fencing_token": claim.fencing_token,
-        "finished_at": now,
-    }
-    if _rows(await session.execute(stored.values(values).execution_options(synchronize_session=False))) != 1:
+    return await record_outcomes(session, claim, [(outcome, event)], now)
+
+
+async def record_outcomes(
+    session: AsyncSession,
+    claim: Claim,
+    finished: Sequence[tuple[LineOutcome, UsageEvent | None]],
+    now: datetime,
+) -> bool:
+    """Store several lines' outcomes, their usage records and the job's counts in one transaction;
+    False (nothing written) when the claim no longer holds the job or a line already has an
+    outcome. One transaction for many lines: every outcome moves the job's own row, which
+    serializes the transactions that write outcomes, so one each would cap a job at the rate
+    PostgreSQL commits one after the other."""
+    held = select(BatchJob.id).where(_held_by(claim)).exists()
+    for outcome, _ in finished:
+        stored = update(BatchLine).where(
+            BatchLine.job_id == claim.job_id,
+            BatchLine.line_no == outcome.line_no,
+            BatchLine.state == PENDING,
+            held,
+        )
+        values = {
+            "state": outcome.state,
+            "status_code": outcome.status_code,
+            "response": outcome.response,
+            "request_id": outcome.request_id,
+            "attempts": outcome.attempts,
+            "fencing_token": claim.fencing_token,
+            "finished_at": now,
+        }
+        if (
+            _rows(await session.execute(stored.values(values).execution_options(synchronize_session=False)))
+            != 1
+        ):
+            await session.rollback()
+            return False
+    # Guarded again: the claim may have moved since the lines' statements; then nothing is kept.
+    if _rows(await session.execute(_counted(claim, finished))) != 1:
         await session.rollback()
         return False
-    # Guarded again: the claim may have moved since the line's statement; then nothing is kept.
-    if _rows(await session.execute(_counted(claim, outcome, event))) != 1:
-        await session.rollback()
-        return False
-    if event is not None:
+    rows = [record_row(event) for _, event in finished if event is not None]
+    if rows:
         dialect = session.get_bind().dialect.name
-        await session.execute(_insert_ignoring_duplicates(dialect), [record_row(event)])
+        await session.execute(_insert_ignoring_duplicates(dialect), rows)
     await session.commit()
     return True
 
 
-def _counted(claim: Claim, outcome: LineOutcome, event: UsageEvent | None) -> Any:
-    succeeded = int(outcome.state == SUCCEEDED)
+def _counted(claim: Claim, finished: Sequence[tuple[LineOutcome, UsageEvent | None]]) -> Any:
+    succeeded = sum(1 for outcome, _ in finished if outcome.state == SUCCEEDED)
+    events = [event for _, event in finished if event is not None]
     return (
         update(BatchJob)
         .where(_held_by(claim))
         .values(
             request_completed=BatchJob.request_completed + succeeded,
-            request_failed=BatchJob.request_failed + (1 - succeeded),
-            prompt_tokens=BatchJob.prompt_tokens + (event.prompt_tokens if event else 0),
-            completion_tokens=BatchJob.completion_tokens + (event.completion_tokens if event else 0),
-            cached_tokens=BatchJob.cached_tokens + (event.cached_tokens if event else 0),
+            request_failed=BatchJob.request_failed + (len(finished) - succeeded),
+            prompt_tokens=BatchJob.prompt_tokens + sum(e.prompt_tokens for e in events),
+            completion_tokens=BatchJob.completion_tokens + sum(e.completion_tokens for e in events),
+            cached_tokens=BatchJob.cached_tokens + sum(e.cached_tokens for e in events),
             paused_reason=None,  # a line finished: the pinned deployment answers again
         )
         .execution_options(synchronize_session=False)

@@ -7,7 +7,8 @@ status every `STATUS_CHECK_S`, so that a cancel stops new lines at once. A job's
 id: its lines go to one deployment, at batch priority, and wait there while it fails (the job
 pauses; no line fails for it). A process killed mid-job stops renewing; another claims the job
 once the lease runs out and re-runs only the lines whose outcomes were never stored. Sending one
-line is `gateway.jobs.line_sender`'s.
+line is `gateway.jobs.line_sender`'s; a job whose deployment runs batches itself (`batch_execution:
+provider`) goes to the provider's own batch API instead (`gateway.jobs.provider_batches`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from gateway.db.teams import as_utc, utcnow
 from gateway.jobs import ledger
 from gateway.jobs.ledger import Claim, PendingLine
 from gateway.jobs.line_sender import LineRun, LineSender, LineUsage
+from gateway.jobs.outcomes import OutcomeGroups
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
+from gateway.jobs.provider_batches import ProviderBatches
 from gateway.limits import Reservations
 from gateway.proxy.service import ProxyService
 from gateway.routing.directives import Directives, Priority
@@ -96,14 +99,17 @@ class JobRun:
         sessions: async_sessionmaker[AsyncSession],
         settings: JobSettings,
         sender: SendsLines,
+        provider: ProviderBatches | None = None,
     ) -> None:
         self.claim = claim
+        self._provider = provider
         self._sessions = sessions
         self._settings = settings
         self._sender = sender
         self._cancelled = asyncio.Event()  # the API asked to cancel (seen by `_watch_status`)
         self._paused: str | None = None  # why the lines stopped going out, while they wait
         self._finishing = False  # the final transaction has begun
+        self._outcomes = OutcomeGroups(sessions, claim, utcnow)
 
     async def run(self) -> None:
         try:
@@ -157,7 +163,7 @@ class JobRun:
         if status == "cancelling":
             self._cancelled.set()
         if status in ("in_progress", "cancelling"):
-            end = await self._run_lines(job, principal)
+            end = await self._run_job(job, principal)
         if end == "completed" and status != "finalizing":
             moved = await self._move("finalizing", expect=("in_progress",))
             end = "cancelled" if moved == "cancelling" else end
@@ -172,6 +178,19 @@ class JobRun:
         if job.fencing_token != self.claim.fencing_token:
             raise LeaseLost(self.claim.job_id)
         return job.status  # the API moved it first (a cancel)
+
+    async def _run_job(self, job: BatchJob, principal: Principal) -> str:
+        """On the provider's own batch API when the job's deployment runs it there, else line by
+        line; what ended it."""
+        if self._provider is None:
+            return await self._run_lines(job, principal)
+        placed = await self._provider.placement(job, principal, job_directives(job))
+        if placed is None:
+            return await self._run_lines(job, principal)
+        end = await self._provider.run(self.claim, job, principal, placed, self._cancelled)
+        if end is None:
+            raise LeaseLost(self.claim.job_id)
+        return end
 
     async def _run_lines(self, job: BatchJob, principal: Principal) -> str:
         """Send the pending lines until none is left; what ended it (completed, cancelled, expired)."""
@@ -213,8 +232,7 @@ class JobRun:
             if sent.outcome is None:
                 self._paused = self._paused or sent.paused
                 return
-            async with self._sessions() as session:
-                stored = await ledger.record_outcome(session, self.claim, sent.outcome, sent.event, utcnow())
+            stored = await self._outcomes.store(sent.outcome, sent.event)
             if not stored:
                 raise LeaseLost(self.claim.job_id)
         finally:
@@ -259,6 +277,9 @@ class JobRunner:
         reservations = Reservations(services.table, catalog.limits.default_max_tokens)
         self.owner = owner or process_owner()
         self._sender = LineSender(proxy, usage, reservations, catalog.limits.max_messages)
+        self._provider = ProviderBatches(
+            catalog, services.table, services.pins, services.health, services.sessions
+        )
         self._settings = catalog.jobs
         self._sessions = services.sessions
         self._runs: dict[str, tuple[JobRun, asyncio.Task[None]]] = {}
@@ -290,7 +311,7 @@ class JobRunner:
             claim = await ledger.claim_job(session, self.owner, self._settings.lease_s, utcnow(), self._runs)
         if claim is None:
             return None
-        job_run = JobRun(claim, self._sessions, self._settings, self._sender)
+        job_run = JobRun(claim, self._sessions, self._settings, self._sender, self._provider)
         task = asyncio.create_task(self._run_job(job_run), name=f"batch-job-{claim.job_id}")
         self._runs[claim.job_id] = (job_run, task)
         task.add_done_callback(lambda _: self._runs.pop(claim.job_id, None))
@@ -310,6 +331,7 @@ class JobRunner:
         self._stopping.set()
         claims = [job_run.claim for job_run, _ in self._runs.values()]
         await self._cancel_runs()
+        await self._provider.aclose()
         for claim in claims:
             try:
                 async with self._sessions() as session:

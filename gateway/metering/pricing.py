@@ -4,11 +4,13 @@ A deployment's `Price` (decimals, as configured) becomes a `Tariff` once, when t
 loaded: each rate as a whole number of 10**-scale USD per million tokens, `scale` the most decimal
 places any of its rates has. A request's cost is then a sum of integer products, exact, made a
 `Decimal` once, instead of a chain of `Decimal` products, sums and a division on every request.
+A tariff's `batch` is the price of the lines a provider's own batch API runs (`batch_price`).
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import cached_property
 
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
@@ -20,7 +22,9 @@ class Tariff:
     """A price in integers: `input`, `cached_input`, `cache_write` and `output` in units of
     10**-`scale` USD per million tokens (the cache rates already fallen back to `input`)."""
 
-    def __init__(self, price: Price) -> None:
+    def __init__(self, price: Price, batch_discount: Decimal | None = None) -> None:
+        self._price = price
+        self._batch_discount = batch_discount
         cached_input = price.input if price.cached_input is None else price.cached_input
         cache_write = price.input if price.cache_write is None else price.cache_write
         rates = (price.input, cached_input, cache_write, price.output)
@@ -31,6 +35,11 @@ class Tariff:
         self.cache_write = _whole(cache_write, scale)
         self.output = _whole(price.output, scale)
         self._usd_exponent = -(scale + PER_MILLION_DIGITS)
+
+    @cached_property
+    def batch(self) -> Tariff:
+        """The tariff of lines run by the provider's batch API (`batch_price`)."""
+        return Tariff(batch_price(self._price, self._batch_discount))
 
     def cost(self, usage: TokenUsage) -> Decimal:
         """What the request costs: cached reads and cache writes at their own prices; never negative."""
@@ -48,6 +57,25 @@ class Tariff:
         prompt, completion, _, _ = _counts(usage)
         units = prompt * self.input + completion * self.output
         return Decimal(units).scaleb(self._usd_exponent)
+
+
+def batch_price(price: Price, discount: Decimal | None) -> Price:
+    """The price of a line a provider's batch API ran: `batch_input` / `batch_output` where given;
+    every other rate less `discount` (a share, 0.5 = half price); without either, the normal price."""
+    keep = None if discount is None else 1 - discount
+
+    def discounted(rate: Decimal | None) -> Decimal | None:
+        return rate if rate is None or keep is None else rate * keep
+
+    input_rate = price.batch_input if price.batch_input is not None else discounted(price.input)
+    output_rate = price.batch_output if price.batch_output is not None else discounted(price.output)
+    assert input_rate is not None and output_rate is not None  # input and output are always set
+    return Price(
+        input=input_rate,
+        output=output_rate,
+        cached_input=discounted(price.cached_input),
+        cache_write=discounted(price.cache_write),
+    )
 
 
 def _counts(usage: TokenUsage) -> tuple[int, int, int, int]:

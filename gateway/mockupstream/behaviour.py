@@ -38,6 +38,7 @@ class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     hang: bool = False  # never answer
     omit_usage: bool = False
     seed: int = 0  # seeds the random source that decides `fail_rate`
+    batch_delay_ms: NonNegative = 0.0  # a batch of the batch APIs ends this long after its creation
 
 
 class BehaviourError(ValueError):

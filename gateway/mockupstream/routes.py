@@ -25,6 +25,16 @@ class Operation(StrEnum):
     MODELS = "models"
     MODEL = "model"
     MESSAGES = "messages"
+    # the providers' batch APIs (gateway.mockupstream.batch_api)
+    FILE_UPLOAD = "file_upload"
+    FILE_CONTENT = "file_content"
+    BATCH_CREATE = "batch_create"
+    BATCH_GET = "batch_get"
+    BATCH_CANCEL = "batch_cancel"
+    MESSAGE_BATCH_CREATE = "message_batch_create"
+    MESSAGE_BATCH_GET = "message_batch_get"
+    MESSAGE_BATCH_RESULTS = "message_batch_results"
+    MESSAGE_BATCH_CANCEL = "message_batch_cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +43,7 @@ class Route:
     operation: Operation
     deployment: str | None = None  # Azure: the deployment named in the path
     model_id: str | None = None  # GET /models/{id}
+    item_id: str | None = None  # the file or batch a batch API path names
 
 
 _AZURE = re.compile(r"/openai/deployments/([^/]+)/(chat/completions|completions|embeddings)$")
@@ -43,16 +54,45 @@ _POST_SUFFIXES = (
     ("/messages", Api.ANTHROPIC, Operation.MESSAGES),
 )
 _MODEL = re.compile(r"/models/([^/]+)$")
+# The batch API paths, Anthropic's first: `/messages/batches` also ends like OpenAI's `/batches`.
+_BATCH_PATHS = (
+    ("POST", re.compile(r"/messages/batches$"), Api.ANTHROPIC, Operation.MESSAGE_BATCH_CREATE),
+    ("GET", re.compile(r"/messages/batches/([^/]+)$"), Api.ANTHROPIC, Operation.MESSAGE_BATCH_GET),
+    (
+        "GET",
+        re.compile(r"/messages/batches/([^/]+)/results$"),
+        Api.ANTHROPIC,
+        Operation.MESSAGE_BATCH_RESULTS,
+    ),
+    ("POST", re.compile(r"/messages/batches/([^/]+)/cancel$"), Api.ANTHROPIC, Operation.MESSAGE_BATCH_CANCEL),
+    ("POST", re.compile(r"/files$"), Api.OPENAI, Operation.FILE_UPLOAD),
+    ("GET", re.compile(r"/files/([^/]+)/content$"), Api.OPENAI, Operation.FILE_CONTENT),
+    ("POST", re.compile(r"/batches$"), Api.OPENAI, Operation.BATCH_CREATE),
+    ("GET", re.compile(r"/batches/([^/]+)$"), Api.OPENAI, Operation.BATCH_GET),
+    ("POST", re.compile(r"/batches/([^/]+)/cancel$"), Api.OPENAI, Operation.BATCH_CANCEL),
+)
+BATCH_OPERATIONS = frozenset(operation for _, _, _, operation in _BATCH_PATHS)
 _AZURE_OPERATIONS = {"chat/completions": Operation.CHAT, "completions": Operation.COMPLETIONS,
                      "embeddings": Operation.EMBEDDINGS}  # fmt: skip
 
 
 def api_of_path(path: str) -> Api:
     """The API whose error format a path expects (for errors before a route is known)."""
-    return Api.ANTHROPIC if path.endswith("/messages") else Api.OPENAI
+    return Api.ANTHROPIC if path.endswith("/messages") or "/messages/batches" in path else Api.OPENAI
+
+
+def _batch_route(method: str, path: str) -> Route | None:
+    for wanted, pattern, api, operation in _BATCH_PATHS:
+        found = pattern.search(path) if method == wanted else None
+        if found:
+            return Route(api, operation, item_id=found.group(1) if found.groups() else None)
+    return None
 
 
 def match_route(method: str, path: str) -> Route | None:
+    batch = _batch_route(method, path)
+    if batch is not None:
+        return batch
     if method == "POST":
         azure = _AZURE.search(path)
         if azure:
@@ -75,8 +115,8 @@ def has_api_version(query: str) -> bool:
 
 def request_problem(route: Route, body: Any) -> str | None:
     """Why the body is not a valid request for the route, or None when it is."""
-    if route.operation in (Operation.MODELS, Operation.MODEL):
-        return None
+    if route.operation in (Operation.MODELS, Operation.MODEL) or route.operation in BATCH_OPERATIONS:
+        return None  # a batch API request is checked where it is answered (batch_api)
     if not isinstance(body, dict):
         return "the request body must be a JSON object"
     if route.deployment is None and not isinstance(body.get("model"), str):

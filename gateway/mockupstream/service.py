@@ -16,12 +16,14 @@ import msgspec
 
 from gateway.mockupstream import anthropic_format, openai_format
 from gateway.mockupstream.answers import answer
+from gateway.mockupstream.batch_api import MockBatches
 from gateway.mockupstream.behaviour import BehaviourError, MockBehaviour, header_overrides, with_overrides
 from gateway.mockupstream.cache import PromptCache
 from gateway.mockupstream.control import control_reply
 from gateway.mockupstream.recorder import MAX_RECORDED, RequestRecorder, parse_body
 from gateway.mockupstream.replies import MockReply, json_reply
 from gateway.mockupstream.routes import (
+    BATCH_OPERATIONS,
     Api,
     Operation,
     Route,
@@ -61,6 +63,7 @@ class MockUpstream:
     behaviour: MockBehaviour = field(default_factory=MockBehaviour)
     record_limit: int = MAX_RECORDED
     cache: PromptCache = field(default_factory=PromptCache)
+    batches: MockBatches = field(default_factory=MockBatches)  # the batch APIs' files and batches
 
     def __post_init__(self) -> None:
         self.recorder = RequestRecorder(self.record_limit)
@@ -101,6 +104,8 @@ class MockUpstream:
             return self._failure(route.api, behaviour)
         if behaviour.garbage:
             return MockReply(200, [("content-type", "application/json")], GARBAGE_BODY)
+        if route.operation in BATCH_OPERATIONS:
+            return self.batches.reply(route, request.headers, request.body, behaviour, self.cache)
         if route.deployment is not None and not has_api_version(request.query):
             return error_reply(route.api, 404, "Resource not found")
         problem = request_problem(route, body)

@@ -1,0 +1,345 @@
+"""Jobs run on their provider's own batch API: a job pinned to a deployment whose provider has
+`batch_execution: provider` is submitted whole instead of line by line.
+
+A round submits the job's pending lines as one provider batch, polls it (the job's lease is renewed
+meanwhile by the job run), reads its results and stores each line's outcome and usage record, at
+the deployment's batch price, through the ledger as the gateway-run lines are. Lines the provider
+did not answer (its batch expired or failed, or it failed them itself) are submitted again in the
+next round; a cancel or the job's expiry cancels the provider batch and keeps what it finished.
+The provider batch in flight is kept in the job's `directives` under `provider_batch_id` (and its
+deployment in `deployment`), so a process that takes the job over polls it instead of
+submitting the lines again. The wire of each provider's batch API is `provider_batch_api`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+import structlog
+from sqlalchemy import CursorResult, update
+
+from gateway.auth.principal import Principal
+from gateway.db.models import BatchJob
+from gateway.db.teams import as_utc, utcnow
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.jobs import ledger
+from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
+from gateway.jobs.line_sender import line_cache_key
+from gateway.jobs.provider_batch_api import (
+    LineResult,
+    ProviderBatchApi,
+    ProviderBatchError,
+    Submission,
+    batch_api_for,
+    chat_call,
+    line_body,
+)
+from gateway.metering.events import UsageEvent, UsageSource
+from gateway.metering.pricing import Tariff
+from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, estimated_tokens
+from gateway.proxy.request import parse_request
+from gateway.routing.batch_pin import PinStoreUnavailable, new_pin
+from gateway.routing.deployment import Deployment, DeploymentTable
+from gateway.routing.directives import Directives
+from gateway.routing.health import HealthBoard
+from gateway.routing.pins import PinStore
+from gateway.routing.policy import batch_placement, eligible_deployments
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from gateway.settings import Catalog
+
+log = structlog.get_logger("gateway.jobs")
+PROVIDER_BATCH_KEY = "provider_batch_id"  # in BatchJob.directives, while a provider batch is in flight
+FIRST_POLL_S, MAX_POLL_S = 1.0, 30.0  # a provider batch is read at growing intervals, up to this
+
+
+class _Lost(Exception):
+    """Another claim holds the job now: stop without writing anything more."""
+
+
+def batch_tariffs(catalog: Catalog) -> dict[tuple[str, str], Tariff]:
+    """Each deployment's batch price, by (model alias, deployment id)."""
+    return {
+        (model.name, f"{spec.provider}/{spec.model}"): Tariff(spec.price, spec.batch_discount).batch
+        for model in catalog.models
+        for spec in model.deployments
+    }
+
+
+class ProviderBatches:
+    """Places jobs, and runs those placed on a provider-run deployment; owns their HTTP client."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: DeploymentTable,
+        pins: PinStore,
+        health: HealthBoard,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        first_poll_s: float = FIRST_POLL_S,
+    ) -> None:
+        self._table, self._pins, self._health, self._sessions = table, pins, health, sessions
+        self._tariffs = batch_tariffs(catalog)
+        self._max_messages = catalog.limits.max_messages
+        self._pause_s = catalog.jobs.pause_s
+        self._first_poll_s = first_poll_s
+        self._http: httpx.AsyncClient | None = None
+
+    async def placement(
+        self, job: BatchJob, principal: Principal, directives: Directives
+    ) -> Deployment | None:
+        """The job's deployment if its provider runs the job itself, else None (the gateway runs
+        its lines, and their sends report whatever keeps the job from being placed)."""
+        try:
+            eligible = eligible_deployments(job.model or "", directives, principal, self._table)
+            if not any(d.provider.batch_execution == "provider" for d in eligible):
+                return None  # the lines' first send places the pin, as for any batch
+            placed = next((d for d in eligible if d.id == job.deployment), None)
+            if placed is None:
+                placed = await self._pinned(principal.team_id, job.id, eligible, directives)
+        except GatewayError:
+            return None
+        return placed if placed is not None and placed.provider.batch_execution == "provider" else None
+
+    async def _pinned(
+        self, team_id: str, job_id: str, eligible: tuple[Deployment, ...], directives: Directives
+    ) -> Deployment | None:
+        """Where the job's batch is pinned, placing the pin as its first line's send would."""
+        key = f"{team_id}:{job_id}"
+        try:
+            pin = await self._pins.touch(team_id, job_id)
+            if pin is None:
+                first = batch_placement(key, eligible, directives, self._health.open_circuits())
+                pin = await self._pins.place(new_pin(team_id, job_id, first, time.time()))
+        except PinStoreUnavailable:  # every process computes the same choice without the store
+            return batch_placement(key, eligible, directives, frozenset())
+        return next((d for d in eligible if d.id == pin.deployment), None)
+
+    async def run(
+        self,
+        claim: Claim,
+        job: BatchJob,
+        principal: Principal,
+        deployment: Deployment,
+        cancelled: asyncio.Event,
+    ) -> str | None:
+        """Run the job's lines on the provider; what ended it (completed, cancelled, expired), or
+        None when the lease was lost."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(deployment.provider.timeout_s))
+        provider_job = ProviderJob(
+            claim=claim,
+            job=job,
+            principal=principal,
+            deployment=deployment,
+            tariff=self._tariffs[(deployment.model, deployment.id)],
+            api=batch_api_for(self._http, deployment.provider),
+            sessions=self._sessions,
+            cancelled=cancelled,
+            max_messages=self._max_messages,
+            pause_s=self._pause_s,
+            first_poll_s=self._first_poll_s,
+        )
+        try:
+            return await provider_job.run()
+        except _Lost:
+            return None
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+
+@dataclass
+class ProviderJob:
+    """One claimed job, run on its provider's batch API until no line is pending or it ends."""
+
+    claim: Claim
+    job: BatchJob
+    principal: Principal
+    deployment: Deployment
+    tariff: Tariff  # the deployment's batch price
+    api: ProviderBatchApi
+    sessions: async_sessionmaker[AsyncSession]
+    cancelled: asyncio.Event
+    max_messages: int
+    pause_s: float
+    first_poll_s: float = FIRST_POLL_S
+
+    def _ending(self) -> str | None:
+        if self.cancelled.is_set():
+            return "cancelled"
+        return "expired" if utcnow() >= as_utc(self.job.expires_at) else None
+
+    async def run(self) -> str:
+        batch_id = (self.job.directives or {}).get(PROVIDER_BATCH_KEY)
+        await self._remember(batch_id)
+        while True:
+            ending = self._ending()
+            if batch_id is None and ending is not None:
+                return ending
+            async with self.sessions() as session:
+                lines = await ledger.pending_lines(session, self.job.id)
+            if not lines:
+                return "completed"
+            submissions = await self._submissions(lines)
+            if not submissions:
+                continue  # every pending line was refused before it could be sent
+            stored = 0
+            try:
+                if batch_id is None:
+                    batch_id = await self.api.submit(submissions)
+                    await self._remember(batch_id)
+                    log.info("provider_batch_submitted", batch=self.job.id, provider_batch=batch_id,
+                             lines=len(submissions))  # fmt: skip
+                stored = await self._follow(batch_id, {s.line_no: s.call for s in submissions})
+                batch_id = None
+                await self._remember(None)
+            except ProviderBatchError as exc:
+                await self._pause(f"provider batch API failing: {exc}")
+                continue
+            if stored == 0 and self._ending() is None:
+                await self._pause("the provider batch ended with no line answered")
+
+    async def _submissions(self, lines: list[PendingLine]) -> list[Submission]:
+        """The pending lines as the provider is to run them; a line the gateway cannot send is
+        stored at once as refused (never sent: nothing to meter), as a gateway-run line is."""
+        submissions = []
+        for line in lines:
+            request_id = f"{self.job.id}-{line.line_no}"
+            try:
+                submissions.append(self._submission(line))
+            except GatewayError as exc:
+                refused = LineOutcome(
+                    line.line_no, ledger.FAILED, exc.status, exc.to_json().decode(), request_id, 0
+                )
+                await self._record(refused, None)
+        return submissions
+
+    def _submission(self, line: PendingLine) -> Submission:
+        parsed = parse_request(line.body.encode(), Endpoint.CHAT, self.max_messages)
+        if parsed.stream:
+            raise InvalidRequest("A batch request cannot stream", param="stream")
+        team_id = self.principal.team_id
+        cache_key = line_cache_key(team_id, parsed, line.prefix_key) or parsed.prompt_cache_key
+        call = chat_call(parsed.body, self.deployment.upstream_model, team_id, parsed.chat, cache_key)
+        return Submission(line.line_no, call, line_body(call, self.deployment.provider))
+
+    async def _follow(self, batch_id: str, calls: dict[int, UpstreamCall]) -> int:
+        """Poll the provider batch until it ends (cancelling it on a cancel or the job's expiry),
+        then store its results; how many lines it answered."""
+        delay, cancel_sent = self.first_poll_s, False
+        submitted_at = time.time()
+        while not (state := await self.api.state(batch_id)).ended:
+            if self._ending() is not None and not cancel_sent:
+                await self.api.cancel(batch_id)
+                cancel_sent = True
+                continue
+            await self._rest(delay)
+            delay = min(delay * 2, MAX_POLL_S)
+        results = {result.line_no: result for result in await self.api.results(state, calls)}
+        for result in results.values():
+            outcome, event = self._outcome(result, submitted_at)
+            await self._record(outcome, event)
+        log.info("provider_batch_ended", batch=self.job.id, provider_batch=batch_id, answered=len(results))
+        return len(results)
+
+    def _outcome(self, result: LineResult, submitted_at: float) -> tuple[LineOutcome, UsageEvent]:
+        request_id = f"{self.job.id}-{result.line_no}"
+        if result.response is None:
+            assert result.error is not None
+            error = result.error
+            refused = LineOutcome(
+                result.line_no, ledger.FAILED, error.status, error.to_json().decode(), request_id, 1
+            )
+            return refused, self._event(request_id, submitted_at, error.status, None, error.code)
+        body = result.response.body.decode()
+        done = LineOutcome(result.line_no, ledger.SUCCEEDED, 200, body, request_id, 1)
+        usage = result.response.usage
+        if usage is None:  # counts not reported, or not believed: the gateway's own estimate
+            estimate = TokenUsage(completion_tokens=estimated_tokens(len(result.response.body)))
+            return done, self._event(request_id, submitted_at, 200, estimate, None, UsageSource.ESTIMATED)
+        return done, self._event(request_id, submitted_at, 200, usage, None, UsageSource.UPSTREAM)
+
+    def _event(
+        self,
+        request_id: str,
+        submitted_at: float,
+        status: int,
+        usage: TokenUsage | None,
+        error_code: str | None,
+        source: UsageSource = UsageSource.NONE,
+    ) -> UsageEvent:
+        tokens, deployment = usage or TokenUsage(), self.deployment
+        return UsageEvent(
+            request_id=request_id,
+            created_at=submitted_at,
+            team_id=self.principal.team_id,
+            key_id=self.principal.key_id,
+            model=deployment.model,
+            provider=deployment.provider.name,
+            region=deployment.region,
+            deployment=deployment.id,
+            upstream_model=deployment.upstream_model,
+            endpoint=Endpoint.CHAT.value,
+            status=status,
+            batch_id=self.job.id,
+            prompt_tokens=tokens.prompt_tokens,
+            completion_tokens=tokens.completion_tokens,
+            cached_tokens=tokens.cached_tokens,
+            cache_write_tokens=tokens.cache_write_tokens,
+            usage_source=source,
+            cost=self.tariff.cost(tokens),
+            uncached_cost=self.tariff.uncached_cost(tokens),
+            latency_ms=round((time.time() - submitted_at) * 1000, 3),
+            error_code=error_code,
+        )
+
+    async def _record(self, outcome: LineOutcome, event: UsageEvent | None) -> None:
+        async with self.sessions() as session:
+            if not await ledger.record_outcome(session, self.claim, outcome, event, utcnow()):
+                raise _Lost(self.claim.job_id)  # the line was pending when the round began
+
+    async def _remember(self, batch_id: str | None) -> None:
+        """Keep the deployment and the provider batch in flight (None: none) on the job."""
+        directives = {k: v for k, v in (self.job.directives or {}).items() if k != PROVIDER_BATCH_KEY}
+        if batch_id is not None:
+            directives[PROVIDER_BATCH_KEY] = batch_id
+        statement = (
+            update(BatchJob)
+            .where(BatchJob.id == self.claim.job_id, BatchJob.fencing_token == self.claim.fencing_token)
+            .values(directives=directives or None, deployment=self.deployment.id)
+            .execution_options(synchronize_session=False)
+        )
+        async with self.sessions() as session:
+            result = await session.execute(statement)
+            await session.commit()
+        if cast(CursorResult[Any], result).rowcount != 1:
+            raise _Lost(self.claim.job_id)
+        self.job.directives = directives or None
+
+    async def _pause(self, reason: str) -> None:
+        async with self.sessions() as session:
+            if not await ledger.set_paused(session, self.claim, reason[:200]):
+                raise _Lost(self.claim.job_id)
+        log.warning("batch_paused", batch=self.job.id, reason=reason, pause_s=self.pause_s)
+        await self._rest(self.pause_s)
+
+    async def _rest(self, seconds: float) -> None:
+        """Wait `seconds`, or until a cancel (once cancelled, the whole time: the provider batch
+        is being cancelled, and reading it faster would not end it sooner)."""
+        if self.cancelled.is_set():
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.cancelled.wait()

@@ -1,0 +1,181 @@
+"""Jobs run on the provider's own batch API (`batch_execution: provider`), end to end: the openai
+SDK -> `gateway serve` -> the mock upstream's OpenAI and Anthropic batch APIs over real HTTP.
+
+A job completes with exactly one line per custom_id across its output and error files, the lines
+are never sent one by one, and each line's usage record is priced at the deployment's batch price.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.support.gateway import GatewayProcess, Team, create_team, recreate_database
+from tests.support.upstream import RunningUpstream, start_mock_upstream
+
+pytestmark = pytest.mark.e2e
+
+ADMIN_KEY = "admin-provider-batches-secret"
+DATABASE = "gateway_test_e2e_provider_batches"
+DEADLINE_S = 60.0
+# USD per million tokens: the OpenAI deployment's explicit batch rates, the Anthropic one's discount
+OPENAI_BATCH = (Decimal(1), Decimal(4))
+ANTHROPIC_BATCH = (Decimal("1.5"), Decimal("7.5"))  # half of input 3, output 15
+
+CONFIG = """
+providers:
+  - name: up-openai
+    kind: openai
+    region: us-east
+    base_url: {upstream}/v1
+    api_key: upstream-secret-openai
+    batch_execution: provider
+  - name: up-anthropic
+    kind: anthropic
+    region: us-east
+    base_url: {upstream}
+    api_key: upstream-secret-anthropic
+    batch_execution: provider
+models:
+  - name: chat
+    deployments:
+      - provider: up-openai
+        model: upstream-chat
+        price: {{input: 2, output: 8, batch_input: 1, batch_output: 4}}
+  - name: claude
+    deployments:
+      - provider: up-anthropic
+        model: claude-upstream
+        price: {{input: 3, output: 15}}
+        batch_discount: 0.5
+jobs: {{poll_interval_s: 0.2}}
+"""
+
+
+@dataclass
+class Stack:
+    upstream: RunningUpstream
+    gateway: GatewayProcess
+    admin: httpx.Client
+    team: Team
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.base_url + "/v1", api_key=self.team.key, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    database_url = recreate_database(DATABASE)
+    upstream = start_mock_upstream(completion_tokens=6, batch_delay_ms=300)
+    config = tmp_path_factory.mktemp("provider-batches") / "gateway.yaml"
+    config.write_text(CONFIG.format(upstream=upstream.base_url))
+    env = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_ADMIN_KEY": ADMIN_KEY}
+    gateway = GatewayProcess(config, env)
+    try:
+        gateway.start()
+        admin = httpx.Client(base_url=gateway.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        yield Stack(upstream, gateway, admin, create_team(admin, "provider-batches"))
+        admin.close()
+    finally:
+        gateway.stop()
+        upstream.stop()
+
+
+def line(custom_id: str, model: str, text: str, **extra: Any) -> dict[str, Any]:
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": text}]
+    body = {"model": model, "messages": messages, "max_tokens": 32, **extra}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def run_job(client: openai.OpenAI, lines: list[dict[str, Any]]) -> Any:
+    data = b"".join(json.dumps(entry).encode() + b"\n" for entry in lines)
+    uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while (batch := client.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
+        assert time.monotonic() < deadline, f"batch {batch.id} still {batch.status}"
+        time.sleep(0.2)
+    return batch
+
+
+def file_lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    return [json.loads(text) for text in client.files.content(file_id).text.splitlines()]
+
+
+def batch_events(stack: Stack, batch_id: str) -> list[dict[str, Any]]:
+    reply = stack.admin.get("/admin/usage/events", params={"batch": batch_id, "limit": "1000"})
+    events: list[dict[str, Any]] = reply.raise_for_status().json()["data"]
+    return events
+
+
+def priced(event: dict[str, Any], rates: tuple[Decimal, Decimal]) -> Decimal:
+    """The event's cost at these rates: no cache rate is configured, so every prompt token is
+    priced at the input rate."""
+    prompt, completion = int(event["prompt_tokens"]), int(event["completion_tokens"])
+    return (prompt * rates[0] + completion * rates[1]) / 1_000_000
+
+
+def sent_one_by_one(stack: Stack) -> int:
+    paths = stack.upstream.stats()["paths"]
+    return sum(count for path, count in paths.items() if path.endswith(("/chat/completions", "/messages")))
+
+
+def test_an_openai_job_runs_on_the_providers_batch_api_at_the_batch_price(stack: Stack) -> None:
+    client = stack.client()
+    refused = {"mock": {"fail_rate": 1, "fail_status": 400}}  # the mock refuses this line alone
+    lines = [line(f"req-{i}", "chat", f"question {i}") for i in range(5)]
+    lines.insert(2, line("refused", "chat", "question refused", **refused))
+    batch = run_job(client, lines)
+    assert batch.status == "completed", batch
+    output, errors = file_lines(client, batch.output_file_id), file_lines(client, batch.error_file_id)
+    assert [entry["custom_id"] for entry in output] == [f"req-{i}" for i in range(5)]
+    assert [(entry["custom_id"], entry["response"]["status_code"]) for entry in errors] == [("refused", 400)]
+    for entry in output:
+        completion = entry["response"]["body"]
+        assert completion["object"] == "chat.completion" and completion["usage"]["completion_tokens"] == 6
+        assert entry["response"]["request_id"].startswith(batch.id)
+    assert batch.request_counts is not None
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (5, 1)
+    assert sent_one_by_one(stack) == 0
+    events = [event for event in batch_events(stack, batch.id) if event["status"] == 200]
+    assert len(events) == 5
+    for event in events:
+        assert Decimal(event["cost"]) == priced(event, OPENAI_BATCH), event
+        assert Decimal(event["cost"]) < priced(event, (Decimal(2), Decimal(8)))  # below the normal price
+    uploads = [r for r in stack.upstream.requests() if r["path"] == "/v1/batches" and r["method"] == "POST"]
+    assert uploads[-1]["headers"]["authorization"] == "Bearer upstream-secret-openai"
+
+
+def test_an_anthropic_job_is_translated_both_ways_and_priced_at_the_discount(stack: Stack) -> None:
+    client = stack.client()
+    batch = run_job(client, [line(f"c-{i}", "claude", f"question {i}") for i in range(4)])
+    assert batch.status == "completed", batch
+    assert batch.error_file_id is None
+    output = file_lines(client, batch.output_file_id)
+    assert [entry["custom_id"] for entry in output] == [f"c-{i}" for i in range(4)]
+    for entry in output:
+        completion = entry["response"]["body"]
+        assert completion["object"] == "chat.completion"
+        assert completion["choices"][0]["message"]["content"]
+        assert completion["usage"]["completion_tokens"] == 6
+    submitted = [r for r in stack.upstream.requests() if r["path"] == "/v1/messages/batches"]
+    params = submitted[-1]["body"]["requests"][0]["params"]
+    assert params["model"] == "claude-upstream" and params["system"][0]["text"] == "You are terse."
+    assert submitted[-1]["headers"]["x-api-key"] == "upstream-secret-anthropic"
+    assert sent_one_by_one(stack) == 0
+    events = batch_events(stack, batch.id)
+    assert len(events) == 4
+    for event in events:
+        assert Decimal(event["cost"]) == priced(event, ANTHROPIC_BATCH), event
