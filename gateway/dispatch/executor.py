@@ -12,22 +12,26 @@ what had arrived, so that the work the upstream did is metered.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
 from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
 from gateway.errors import UpstreamError, UpstreamTooLarge
 from gateway.providers.base import (
+    Endpoint,
     ProviderAdapter,
     TokenUsage,
     UpstreamCall,
     UpstreamRequest,
     UpstreamResponse,
 )
+from gateway.providers.chat_assembly import ChatAssembly
 from gateway.providers.registry import adapter_for
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
@@ -56,7 +60,7 @@ class Attempts:
     count: int = 0
     upstream_s: float = 0.0  # time spent waiting on the upstream (the gateway's overhead excludes it)
     queue_s: float = 0.0  # time spent waiting for capacity (excluded from the overhead too)
-    ttft_s: float | None = None
+    ttft_s: float | None = None  # to a stream's first frames, or a measured answer's first token
     errors: list[str] = field(default_factory=list)
 
 
@@ -122,11 +126,18 @@ class Executor:
     ) -> UpstreamResponse:
         """A non-streaming request, retried on this deployment while the failure allows."""
 
+        measured = measures_ttft(deployment.provider, call)
+
         async def once(grant: Grant) -> UpstreamResponse:
-            adapter, request = self._build(deployment, call, grant)
+            started = time.perf_counter()
+            adapter, request = self._build(deployment, as_stream(call) if measured else call, grant)
             try:
                 with self._in_flight(deployment.id):
-                    body = await self._exchange(deployment.provider, request, adapter)
+                    if measured:
+                        body, first_token = await self._assembled(deployment.provider, request, adapter)
+                        attempts.ttft_s = None if first_token is None else first_token - started
+                    else:  # the time to the whole answer is no time to a first token: none is known
+                        body = await self._exchange(deployment.provider, request, adapter)
                 response = adapter.parse_response(call, body)
             except BaseException:
                 grant.release()
@@ -164,9 +175,7 @@ class Executor:
                     raise
                 await asyncio.sleep(self._backoff(attempt, exc))
                 continue
-            elapsed = time.perf_counter() - started
-            attempts.upstream_s += elapsed
-            attempts.ttft_s = elapsed
+            attempts.upstream_s += time.perf_counter() - started
             await self._health.record_success(deployment.id)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -189,6 +198,34 @@ class Executor:
             raise adapter.classify_error(reply.status, body, reply.headers)
         return body
 
+    async def _assembled(
+        self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
+    ) -> tuple[bytes, float | None]:
+        """A chat completion streamed from the upstream, assembled into one non-streaming answer,
+        and the moment (perf_counter) its first token arrived, if one did."""
+        reply = await self._open(provider, request)
+        if reply.status >= 400:
+            body = await self._whole_body(reply)
+            raise adapter.classify_error(reply.status, body, reply.headers)
+        assembly, decoder = ChatAssembly(), SSEDecoder()
+        first_token: float | None = None
+        received = 0
+        try:
+            async for chunk in reply.chunks():
+                received += len(chunk)
+                if received > self._max_response:
+                    raise UpstreamAnswerTooLarge(
+                        "The upstream answer exceeds the gateway's size limit", self._max_response, None
+                    )
+                for data in decoder.feed(chunk):
+                    if assembly.feed(data):
+                        first_token = time.perf_counter()
+            for data in decoder.close():
+                assembly.feed(data)
+        finally:
+            await reply.aclose()
+        return assembly.body(), first_token
+
     async def _whole_body(self, reply: Reply) -> bytes:
         try:
             return await reply.read(self._max_response)
@@ -207,7 +244,10 @@ class Executor:
         The stream holds its permit until it is closed."""
 
         async def once(grant: Grant) -> OpenStream:
-            return await self._first_frames(deployment, call, grant)
+            started = time.perf_counter()
+            stream = await self._first_frames(deployment, call, grant)
+            attempts.ttft_s = time.perf_counter() - started
+            return stream
 
         return await self._retrying(deployment, call, ticket, attempts, max_attempts, once)
 
@@ -242,6 +282,22 @@ class Executor:
         if exc.retry_after_s is not None:
             return min(exc.retry_after_s, self._retry.retry_after_cap_s)
         return backoff_delay(self._retry, attempt, self._rng)
+
+
+def measures_ttft(provider: Provider, call: UpstreamCall) -> bool:
+    """Whether a non-streaming request is streamed from the upstream to see its first token: a chat
+    completion, at a provider that asks for it, unless logprobs are wanted (not assembled)."""
+    return (
+        provider.measure_ttft
+        and not call.stream
+        and call.endpoint is Endpoint.CHAT
+        and not call.body.get("logprobs")
+    )
+
+
+def as_stream(call: UpstreamCall) -> UpstreamCall:
+    """The call as a stream with usage (the adapter adds `stream_options.include_usage`)."""
+    return dataclasses.replace(call, body={**call.body, "stream": True}, stream=True, client_wants_usage=True)
 
 
 def backoff_delay(retry: RetrySettings, attempt: int, rng: random.Random) -> float:

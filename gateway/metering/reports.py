@@ -1,4 +1,5 @@
-"""Usage reports computed from `usage_records`: grouped totals, raw records page by page, batch totals.
+"""Usage reports computed from `usage_records`: grouped totals, raw records page by page, batch
+totals, and a team's batches (the batch ids of its records and its batch jobs) page by page.
 
 Used by the admin API, `/v1/gateway/usage`, the batch endpoint and `gateway usage`. Money stays
 `Decimal` end to end; on SQLite, where NUMERIC is stored as a double, money is summed as whole
@@ -18,10 +19,27 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
 import msgspec
-from sqlalchemy import ColumnElement, Integer, Table, and_, cast, func, or_, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Integer,
+    Select,
+    String,
+    Subquery,
+    Table,
+    and_,
+    cast,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.db.models import UsageRecord
+from gateway.db.models import BatchJob, UsageRecord
 from gateway.errors import InvalidRequest
 from gateway.metering.pricing import money_str
 
@@ -43,6 +61,7 @@ MONEY_SCALE = 10  # usage_records money columns are NUMERIC(20, 10)
 _RequestId = Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 _records: Table = UsageRecord.__table__  # type: ignore[assignment]
+_jobs: Table = BatchJob.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +133,16 @@ class BatchTotals(msgspec.Struct, kw_only=True):
     cost: Decimal = Decimal(0)
 
 
+class TeamBatch(msgspec.Struct, kw_only=True):
+    """One of a team's batches: from its first record (or its job's creation) to its last record."""
+
+    id: str
+    created_at: datetime
+    last_used_at: datetime | None  # its last record's time; None before it has any
+    requests: int
+    job_status: str | None  # a Batch API job's status; None for a batch of X-Gateway-Batch requests
+
+
 def parse_group_by(text: str | None) -> tuple[GroupField, ...]:
     """`"team,day"` -> ("team", "day"); unknown names are a 400 naming what exists."""
     fields: list[GroupField] = []
@@ -172,6 +201,78 @@ async def usage_events(
         return rows, None
     page = rows[:limit]
     return page, encode_cursor(page[-1].created_at, page[-1].request_id)
+
+
+async def team_batches(
+    session: AsyncSession, team_id: str, *, limit: int, after: str | None
+) -> tuple[list[TeamBatch], bool]:
+    """A page of the team's batches, newest first (by creation, then id), and whether more follow.
+
+    `after` is the last id of the previous page, and must be one of the team's batches."""
+    batches = _team_batches(team_id)
+    query = select(batches)
+    if after is not None:
+        anchor = (await session.execute(select(batches.c.created_at).where(batches.c.id == after))).first()
+        if anchor is None:
+            raise InvalidRequest(f"No batch with id {after!r} to list after.", param="after")
+        created = batches.c.created_at
+        query = query.where(or_(created < anchor[0], and_(created == anchor[0], batches.c.id < after)))
+    query = query.order_by(batches.c.created_at.desc(), batches.c.id.desc()).limit(limit + 1)
+    rows = [_team_batch(row) for row in (await session.execute(query)).all()]
+    return rows[:limit], len(rows) > limit
+
+
+async def team_batch(session: AsyncSession, team_id: str, batch_id: str) -> TeamBatch | None:
+    """One of the team's batches as `team_batches` lists it; None when the team has no such batch."""
+    batches = _team_batches(team_id)
+    row = (await session.execute(select(batches).where(batches.c.id == batch_id))).first()
+    return None if row is None else _team_batch(row)
+
+
+def _team_batch(row: Any) -> TeamBatch:
+    return TeamBatch(
+        id=row.id,
+        created_at=_as_utc(row.created_at),
+        last_used_at=None if row.last_used_at is None else _as_utc(row.last_used_at),
+        requests=int(row.requests),
+        job_status=row.job_status,
+    )
+
+
+def _team_batches(team_id: str) -> Subquery:
+    """One row per batch id of the team: its records' batch ids and its jobs' ids, merged (a job's
+    lines are recorded under its id). A job is created before any of its lines is recorded."""
+    c, jobs = _records.c, _jobs.c
+    recorded = (
+        select(
+            c.batch_id.label("id"),
+            func.min(c.created_at).label("created_at"),
+            func.max(c.created_at).label("last_used_at"),
+            func.count().label("requests"),
+            cast(null(), String).label("job_status"),
+        )
+        .where(c.team_id == team_id, c.batch_id.is_not(None))
+        .group_by(c.batch_id)
+    )
+    submitted: Select[Any] = select(
+        jobs.id,
+        jobs.created_at,
+        cast(null(), DateTime(timezone=True)).label("last_used_at"),
+        literal(0, BigInteger).label("requests"),
+        cast(jobs.status, String).label("job_status"),
+    ).where(jobs.team_id == team_id)
+    both = union_all(recorded, submitted).subquery()
+    return (
+        select(
+            both.c.id,
+            func.min(both.c.created_at).label("created_at"),
+            func.max(both.c.last_used_at).label("last_used_at"),
+            func.sum(both.c.requests).label("requests"),
+            func.max(both.c.job_status).label("job_status"),
+        )
+        .group_by(both.c.id)
+        .subquery()
+    )
 
 
 def report_csv(rows: Sequence[UsageRow], group_by: Sequence[GroupField] | None = None) -> str:

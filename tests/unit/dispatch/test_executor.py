@@ -128,7 +128,7 @@ async def test_send_returns_the_parsed_response_and_records_success(
 
     assert response.usage is not None and response.usage.completion_tokens > 0
     assert msgspec.json.decode(response.body)["object"] == "chat.completion"
-    assert attempts.count == 1 and attempts.errors == [] and attempts.ttft_s is not None
+    assert attempts.count == 1 and attempts.errors == [] and attempts.ttft_s is None  # not streamed
     [sent] = upstream.requests()
     assert sent["path"] == "/v1/chat/completions"
     assert sent["body"]["model"] == "up-upstream"
