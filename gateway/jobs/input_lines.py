@@ -147,6 +147,8 @@ def _read_line(line: bytes, endpoint: str) -> _Request:
     model = body.get("model")
     if not _is_name(model, MAX_MODEL):
         raise _Refused("invalid_request", "body.model must name the model.", "body.model")
+    if body.get("stream") is True:  # a line's answer is one JSON body in the output file
+        raise _Refused("invalid_request", "body.stream is not supported in a batch.", "body.stream")
     return _Request(custom_id, model, body)
 
 

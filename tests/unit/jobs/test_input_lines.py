@@ -152,3 +152,9 @@ def test_ids_and_models_with_control_characters_are_refused() -> None:
         ("body.model", 3),
         ("custom_id", 4),
     ]
+
+
+def test_a_streaming_line_is_refused_at_validation() -> None:
+    body = {"model": "chat", "messages": [SYSTEM], "stream": True}
+    errors = check_input(jsonl(request("a"), request("b", body=body)), CHAT).errors
+    assert [(e.code, e.param, e.line) for e in errors] == [("invalid_request", "body.stream", 2)]
