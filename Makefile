@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make run` installs the package alone (no test or benchmark tools)
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: install run test lint typecheck clean bench
 
@@ -12,10 +14,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
 install: $(STAMP)
 
-## Install, apply migrations to the embedded SQLite default and serve on :8080.
-run: $(STAMP)
+## Install the package alone, apply migrations to the embedded SQLite default and serve on :8080.
+run: $(RUN_STAMP)
 	$(BIN)/gateway migrate
 	$(BIN)/gateway serve
 

@@ -6,8 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import TYPE_CHECKING
 
+from gateway.commands.preflight import serving_problem, unresolved_store
 from gateway.settings import ConfigError, Settings, load_settings
 
 if TYPE_CHECKING:
@@ -22,15 +24,20 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def _checked_settings() -> Settings:
+    """The settings, once the database and Redis hosts they name are known to resolve."""
     settings = _settings()
+    if problem := unresolved_store(settings):
+        print(f"gateway: configuration error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return settings
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = _checked_settings()
     workers = args.workers or settings.workers
-    if workers > 1 and not settings.redis_url:
-        print(
-            "gateway: several workers need shared state: set GATEWAY_REDIS_URL "
-            "(the in-process default serves one process only)",
-            file=sys.stderr,
-        )
+    if problem := serving_problem(settings, workers):
+        print(f"gateway: {problem}", file=sys.stderr)
         return 2
     if not args.no_migrate and (migrated := _migrate_in_child()) != 0:
         return migrated
@@ -93,16 +100,34 @@ def cmd_metering_writer(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(_: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from gateway.db.migrate import upgrade_head
 
-    settings = _settings()
-    upgrade_head(settings.database_url)
+    settings = _checked_settings()
+    try:
+        upgrade_head(settings.database_url)
+    except (SQLAlchemyError, OSError) as exc:
+        print(f"gateway: cannot migrate the database: {_database_failure(exc)}", file=sys.stderr)
+        return 1
     print("database is at the latest migration")
     return 0
 
 
+def _database_failure(exc: Exception) -> str:
+    """What went wrong, without the text of a statement (gateway.db.session.database_error)."""
+    from gateway.db.session import database_error
+
+    if isinstance(exc, OSError):
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return database_error(exc) or type(exc).__name__
+
+
 def cmd_check_config(_: argparse.Namespace) -> int:
-    settings = _settings()
+    settings = _checked_settings()
+    if problem := serving_problem(settings, settings.workers):
+        print(f"gateway: {problem}", file=sys.stderr)
+        return 2
     catalog = settings.catalog
     deployments = sum(len(m.deployments) for m in catalog.models)
     print(
@@ -121,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway", description="An OpenAI-compatible LLM gateway for batches."
     )
+    parser.add_argument("--version", action="version", version=f"gateway {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the gateway (GATEWAY_* settings, GATEWAY_CONFIG catalog)")
@@ -148,6 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_usage_parser(commands)
     add_mock_upstream_parser(commands)
     return parser
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or `unknown` when run from a checkout
+    that was never installed."""
+    try:
+        return metadata.version("gateway")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import yaml
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 
 class ConfigError(Exception):
@@ -220,11 +224,15 @@ _PATH_IN_MESSAGE = re.compile(r" - at `\$(.*)`$")
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     """Read the environment and the catalog it points at; raise ConfigError when anything is off."""
     env = dict(os.environ if environ is None else environ)
-    config_path = env.get("GATEWAY_CONFIG", "config/gateway.yaml")
-    log_format = env.get("GATEWAY_LOG_FORMAT", "json")
+    config_path = env.get("GATEWAY_CONFIG") or default_config_path()
+    log_format = env.get("GATEWAY_LOG_FORMAT") or _default_log_format()
     if log_format not in ("json", "console"):
         raise ConfigError(f"GATEWAY_LOG_FORMAT: must be json or console, not {log_format!r}")
+    database_url = env.get("GATEWAY_DATABASE_URL") or "sqlite:///data/gateway.db"
+    _check_database_url(database_url)
     redis_url = env.get("GATEWAY_REDIS_URL") or None
+    if redis_url is not None:
+        _check_redis_url(redis_url)
     metering_writer = env.get("GATEWAY_METERING_WRITER") or "auto"
     if metering_writer not in METERING_WRITERS:
         raise ConfigError(
@@ -238,7 +246,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     return Settings(
         catalog=load_catalog(config_path, env),
         config_path=config_path,
-        database_url=env.get("GATEWAY_DATABASE_URL") or "sqlite:///data/gateway.db",
+        database_url=database_url,
         redis_url=redis_url,
         admin_key=env.get("GATEWAY_ADMIN_KEY") or None,
         host=env.get("GATEWAY_HOST", "127.0.0.1"),
@@ -252,6 +260,59 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         keep_alive_timeout_s=_positive_int_env(env, "GATEWAY_KEEP_ALIVE_TIMEOUT_S") or 5,
         limit_concurrency=_positive_int_env(env, "GATEWAY_LIMIT_CONCURRENCY"),
     )
+
+
+DEFAULT_CONFIG = "config/gateway.yaml"
+# The copy of config/gateway.yaml that the wheel carries (setup.py), for a gateway run outside a checkout
+PACKAGED_CONFIG = Path(__file__).resolve().parent / "_data" / "gateway.yaml"
+
+
+def default_config_path() -> str:
+    """`config/gateway.yaml` of the working directory when there is one, else the packaged copy."""
+    if Path(DEFAULT_CONFIG).is_file() or not PACKAGED_CONFIG.is_file():
+        return DEFAULT_CONFIG  # when neither exists, the error names the documented path
+    return str(PACKAGED_CONFIG)
+
+
+def _default_log_format() -> str:
+    """Readable lines for a person watching a terminal, JSON lines for whatever collects them.
+
+    The logs go to stdout (gateway.logs), so that is the stream asked.
+    """
+    return "console" if sys.stdout.isatty() else "json"
+
+
+DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "sqlite", "sqlite+aiosqlite")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _check_database_url(url: str) -> None:
+    """The URL names a database the gateway has a driver for; its text never goes into the message,
+    since it may carry a password."""
+    try:
+        scheme = make_url(url).drivername
+    except ArgumentError:
+        raise ConfigError(
+            "GATEWAY_DATABASE_URL: not a database URL (postgresql://user@host:5432/name or sqlite:///path)"
+        ) from None
+    except ValueError:  # a port that is not a number
+        raise ConfigError("GATEWAY_DATABASE_URL: the port must be a number") from None
+    if scheme not in DATABASE_SCHEMES:
+        raise ConfigError(
+            f"GATEWAY_DATABASE_URL: unsupported scheme {scheme!r} (use postgresql:// or sqlite:///)"
+        )
+
+
+def _check_redis_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in REDIS_SCHEMES:
+        raise ConfigError(
+            f"GATEWAY_REDIS_URL: unsupported scheme {parts.scheme!r} (use redis://, rediss:// or unix://)"
+        )
+    try:
+        parts.port  # noqa: B018  (urlsplit checks the port only when it is read)
+    except ValueError:
+        raise ConfigError("GATEWAY_REDIS_URL: the port must be a number from 0 to 65535") from None
 
 
 def _int_env(env: dict[str, str], name: str, default: int) -> int:

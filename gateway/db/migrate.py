@@ -1,10 +1,10 @@
 """Alembic, configured in code: `upgrade_head` brings a database to the newest schema.
 
-There is no alembic.ini: the script location is the repository's `migrations/` folder, beside the
-`gateway` package in a checkout, or in the working directory where the package is installed (the
-image of docker-compose.yml runs in /app, which holds `migrations/`). On
-PostgreSQL the upgrade runs under an advisory lock, so gateway processes starting together
-migrate one after the other instead of racing to create the same tables.
+There is no alembic.ini: the script location is the copy of the repository's `migrations/` folder
+that the wheel carries inside the package (setup.py), or in a checkout the folder itself, beside
+the `gateway` package, or else the working directory's. On PostgreSQL the upgrade runs under an
+advisory lock, so gateway processes starting together migrate one after the other instead of
+racing to create the same tables.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ MIGRATION_LOCK_KEY = 0x6761_7465_776D_6967
 
 
 def migrations_dir() -> Path:
-    beside_package = Path(gateway.__file__).resolve().parents[1] / "migrations"
-    in_working_dir = Path.cwd() / "migrations"
-    return beside_package if beside_package.is_dir() or not in_working_dir.is_dir() else in_working_dir
+    # The packaged copy first: beside an installed package is site-packages, where another
+    # distribution may have put a `migrations` folder of its own. Last, the working directory's,
+    # for a package built without setup.py's copy.
+    package = Path(gateway.__file__).resolve().parent
+    candidates = (package / "_data" / "migrations", package.parent / "migrations", Path.cwd() / "migrations")
+    return next((found for found in candidates if found.is_dir()), candidates[0])
 
 
 def alembic_config(database_url: str) -> Config:

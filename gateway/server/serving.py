@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sys
 from typing import Any
 
 import uvicorn
@@ -51,12 +52,25 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
 def run(settings: Settings, host: str, port: int, workers: int) -> None:
     options = uvicorn_options(settings)
     if workers <= 1:
+        announce(host, port, workers)
         uvicorn.run(APP, host=host, port=port, **options)
         return
     config = uvicorn.Config(APP, host=host, port=port, workers=workers, **options)
     shared = reuse_port_socket(host, port)
+    announce(host, port, workers)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the supervisor has stopped its workers
         Multiprocess(config, sockets=[shared]).run()
+
+
+def listening_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def announce(host: str, port: int, workers: int) -> None:
+    """One line for the person who started the server (uvicorn's own is below its warning level);
+    on stderr, so that stdout holds log lines only."""
+    processes = "1 worker" if workers <= 1 else f"{workers} workers"
+    print(f"gateway: serving on {listening_url(host, port)} ({processes})", file=sys.stderr, flush=True)
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:

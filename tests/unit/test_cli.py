@@ -12,14 +12,18 @@ import pytest
 from gateway.cli import build_parser, main
 
 
-def test_several_workers_without_redis_are_refused(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_several_workers_without_redis_are_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
     monkeypatch.setenv("GATEWAY_WORKERS", "3")
     assert main(["serve", "--no-migrate"]) == 2
     assert "GATEWAY_REDIS_URL" in capsys.readouterr().err
 
 
-def test_the_metering_writer_without_redis_is_refused(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_the_metering_writer_without_redis_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
     monkeypatch.delenv("GATEWAY_METERING_WRITER", raising=False)
     assert main(["metering-writer"]) == 2
@@ -38,7 +42,7 @@ def test_every_documented_command_is_there() -> None:
         "usage",
         "mock-upstream",
         "metering-writer",
-    } <= set(commands)
+    } <= set(commands or ())
 
 
 # `gateway serve` in a fresh interpreter, with the server itself replaced by a report of what the
@@ -73,3 +77,112 @@ def test_serve_stops_when_the_migration_fails(monkeypatch: pytest.MonkeyPatch) -
     )
     assert served.returncode != 0
     assert "alembic loaded" not in served.stdout  # never got as far as serving
+
+
+def test_the_version_is_the_installed_package_s(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"gateway {version('gateway')}"
+
+
+BAD_STORE_URLS = [
+    ("GATEWAY_DATABASE_URL", "mysql://gw:hunter2@db/gateway", "unsupported scheme 'mysql'"),
+    ("GATEWAY_DATABASE_URL", "postgres:/x", "not a database URL"),
+    ("GATEWAY_DATABASE_URL", "postgresql://gw:hunter2@db:port/gateway", "the port must be a number"),
+    ("GATEWAY_DATABASE_URL", "postgresql://gw:hunter2@no-such-host.invalid/gateway", "does not resolve"),
+    ("GATEWAY_REDIS_URL", "http://x", "unsupported scheme 'http'"),
+    ("GATEWAY_REDIS_URL", "redis://:hunter2@no-such-host.invalid:6379/1", "does not resolve"),
+]
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate", "check-config"])
+@pytest.mark.parametrize(("variable", "url", "problem"), BAD_STORE_URLS)
+def test_a_bad_store_url_is_one_line_and_status_2(
+    command: str,
+    variable: str,
+    url: str,
+    problem: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(SystemExit) as exited:
+        main([command])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"gateway: configuration error: {variable}: ")
+    assert problem in err
+    assert "hunter2" not in err  # a URL's password never reaches the terminal
+
+
+def test_check_config_refuses_several_workers_without_redis(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.setenv("GATEWAY_WORKERS", "2")
+    assert main(["check-config"]) == 2
+    assert "GATEWAY_REDIS_URL" in capsys.readouterr().err
+
+
+def test_check_config_accepts_several_workers_with_redis(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "redis://127.0.0.1:6379/15")  # never connected to
+    monkeypatch.setenv("GATEWAY_WORKERS", "2")
+    assert main(["check-config"]) == 0
+    assert ": ok (" in capsys.readouterr().out
+
+
+def test_a_database_that_refuses_connections_fails_migrate_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GATEWAY_DATABASE_URL", "postgresql://postgres@127.0.0.1:1/gateway")
+    assert main(["migrate"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gateway: cannot migrate the database: ")
+
+
+@pytest.mark.parametrize(("tty", "expected"), [(True, "console"), (False, "json")])
+def test_the_log_format_follows_the_terminal_unless_set(
+    tty: bool, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway import settings
+
+    class Stream:
+        def isatty(self) -> bool:
+            return tty
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    assert settings.load_settings({}).log_format == expected
+    assert settings.load_settings({"GATEWAY_LOG_FORMAT": "json"}).log_format == "json"
+
+
+def test_the_default_config_is_the_packaged_copy_outside_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway import settings
+
+    packaged = tmp_path / "_data" / "gateway.yaml"
+    packaged.parent.mkdir()
+    packaged.write_text(Path("config/gateway.yaml").read_text())
+    monkeypatch.setattr(settings, "PACKAGED_CONFIG", packaged)
+    assert settings.default_config_path() == "config/gateway.yaml"  # the working directory's comes first
+    monkeypatch.chdir(tmp_path)
+    assert settings.default_config_path() == str(packaged)
+    assert settings.load_settings({}).config_path == str(packaged)
+
+
+def test_serve_names_the_address_it_listens_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *_, **__: None)  # where serving starts the server
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.delenv("GATEWAY_WORKERS", raising=False)
+    assert main(["serve", "--no-migrate", "--host", "::1", "--port", "8181"]) == 0
+    assert "serving on http://[::1]:8181 (1 worker)" in capsys.readouterr().err

@@ -1,0 +1,45 @@
+"""What `serve`, `migrate` and `check-config` refuse before they start: a deployment the settings
+cannot serve, and store hosts whose names do not resolve.
+
+The settings check each URL's form; whether its host name resolves is a question for the network,
+asked here and not at every load of the settings.
+"""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import make_url
+
+from gateway.settings import Settings
+
+
+def serving_problem(settings: Settings, workers: int) -> str | None:
+    """Why `workers` serving processes cannot run with these settings, or None."""
+    if workers > 1 and not settings.redis_url:
+        return (
+            "several workers need shared state: set GATEWAY_REDIS_URL "
+            "(the in-process default serves one process only)"
+        )
+    return None
+
+
+def unresolved_store(settings: Settings) -> str | None:
+    """The first store whose host name does not resolve, as a message, or None."""
+    hosts = {"GATEWAY_DATABASE_URL": make_url(settings.database_url).host}
+    if settings.redis_url:
+        parts = urlsplit(settings.redis_url)
+        hosts["GATEWAY_REDIS_URL"] = parts.hostname if parts.scheme != "unix" else None
+    for variable, host in hosts.items():
+        if host and (reason := _resolution_failure(host)):
+            return f"{variable}: the host {host!r} does not resolve ({reason})"
+    return None
+
+
+def _resolution_failure(host: str) -> str | None:
+    try:
+        socket.getaddrinfo(host, None)
+    except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label too long for IDNA
+        return str(exc.args[-1]) if exc.args else type(exc).__name__
+    return None
