@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench.batch_jobs import crash, prefix_cache, throughput
+from bench.batch_jobs import crash, prefix_cache, throughput, truth
 from bench.batch_jobs.stack import JobsRun, migrate, recreate_database
 from bench.scheduling.figures import Figure, table, tally
 
@@ -23,6 +23,7 @@ SCENARIOS: dict[str, Scenario] = {
     "crash": crash.run,
     "throughput": throughput.run,
     "prefix-cache": prefix_cache.run,
+    "truth": truth.run,
 }
 
 

@@ -96,6 +96,8 @@ class UsageRecord(Base):
     latency_ms: Mapped[float] = mapped_column(Numeric(12, 3))
     ttft_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
+    # the wait in the gateway's queue; None for records from before it was kept
+    queue_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
 
 
 class UsageDeadLetter(Base):
@@ -180,6 +182,8 @@ class BatchJob(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(200), default=None)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
     fencing_token: Mapped[int] = mapped_column(BigInteger, default=0)
+    # the provider's batch in flight, for a job its provider's batch API runs (None: none)
+    provider_batch_id: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class BatchLine(Base):

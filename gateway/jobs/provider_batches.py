@@ -6,9 +6,9 @@ meanwhile by the job run), reads its results and stores each line's outcome and 
 the deployment's batch price, through the ledger as the gateway-run lines are. Lines the provider
 did not answer (its batch expired or failed, or it failed them itself) are submitted again in the
 next round; a cancel or the job's expiry cancels the provider batch and keeps what it finished.
-The provider batch in flight is kept in the job's `directives` under `provider_batch_id` (and its
-deployment in `deployment`), so a process that takes the job over polls it instead of
-submitting the lines again. The wire of each provider's batch API is `provider_batch_api`'s.
+The provider batch in flight is kept in the job's `provider_batch_id` (and its deployment in
+`deployment`), so a process that takes the job over polls it instead of submitting the lines
+again. The wire of each provider's batch API is `provider_batch_api`'s.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from gateway.settings import Catalog
 
 log = structlog.get_logger("gateway.jobs")
-PROVIDER_BATCH_KEY = "provider_batch_id"  # in BatchJob.directives, while a provider batch is in flight
 FIRST_POLL_S, MAX_POLL_S = 1.0, 30.0  # a provider batch is read at growing intervals, up to this
 
 
@@ -181,7 +180,7 @@ class ProviderJob:
         return "expired" if utcnow() >= as_utc(self.job.expires_at) else None
 
     async def run(self) -> str:
-        batch_id = (self.job.directives or {}).get(PROVIDER_BATCH_KEY)
+        batch_id = self.job.provider_batch_id
         await self._remember(batch_id)
         while True:
             ending = self._ending()
@@ -311,13 +310,10 @@ class ProviderJob:
 
     async def _remember(self, batch_id: str | None) -> None:
         """Keep the deployment and the provider batch in flight (None: none) on the job."""
-        directives = {k: v for k, v in (self.job.directives or {}).items() if k != PROVIDER_BATCH_KEY}
-        if batch_id is not None:
-            directives[PROVIDER_BATCH_KEY] = batch_id
         statement = (
             update(BatchJob)
             .where(BatchJob.id == self.claim.job_id, BatchJob.fencing_token == self.claim.fencing_token)
-            .values(directives=directives or None, deployment=self.deployment.id)
+            .values(provider_batch_id=batch_id, deployment=self.deployment.id)
             .execution_options(synchronize_session=False)
         )
         async with self.sessions() as session:
@@ -325,7 +321,7 @@ class ProviderJob:
             await session.commit()
         if cast(CursorResult[Any], result).rowcount != 1:
             raise _Lost(self.claim.job_id)
-        self.job.directives = directives or None
+        self.job.provider_batch_id = batch_id
 
     async def _pause(self, reason: str) -> None:
         async with self.sessions() as session:

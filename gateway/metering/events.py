@@ -38,3 +38,6 @@ class UsageEvent(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: float = 0.0
     ttft_ms: float | None = None
     error_code: str | None = None
+    # the wait for capacity in the gateway's queue, before the request was sent upstream; last, and
+    # defaulted, so that events buffered before it existed still decode (None: not measured)
+    queue_ms: float | None = None

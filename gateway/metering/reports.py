@@ -122,6 +122,7 @@ class UsageEventRow(msgspec.Struct, kw_only=True):
     latency_ms: float
     ttft_ms: float | None
     error_code: str | None
+    queue_ms: float | None  # the wait in the gateway's queue; None for records from before it was kept
 
 
 class BatchTotals(msgspec.Struct, kw_only=True):
@@ -365,8 +366,9 @@ def _event_row(row: Any) -> UsageEventRow:
     values = dict(row)
     values["created_at"] = _as_utc(values["created_at"])
     values["latency_ms"] = float(values["latency_ms"])
-    if values["ttft_ms"] is not None:
-        values["ttft_ms"] = float(values["ttft_ms"])
+    for timing in ("ttft_ms", "queue_ms"):
+        if values[timing] is not None:
+            values[timing] = float(values[timing])
     return UsageEventRow(**values)
 
 

@@ -2,9 +2,12 @@
 prefill and decode rates and time-to-first-token percentiles, overall and per prompt-length bucket.
 
 `throughput(records)` is pure (records in, figures out); `batch_throughput` fetches the few
-columns it reads. The definitions are documented in docs/batches.md ("Batch throughput").
-Percentiles are computed here rather than in SQL: SQLite has no percentile function, and
-nearest-rank over the sorted values is what PostgreSQL's `percentile_disc` gives.
+columns it reads. The definitions are documented in docs/batches.md ("Batch throughput"). The
+rates are over wall-clock time (the union of the records' prefill, or decode, intervals), as a
+server's own tokens/s is, so that a batch of many concurrent requests reports the rate it was
+served at rather than one request's. Percentiles are computed here rather than in SQL: SQLite has
+no percentile function, and nearest-rank over the sorted values is what PostgreSQL's
+`percentile_disc` gives.
 """
 
 from __future__ import annotations
@@ -43,6 +46,24 @@ class TimedRecord(NamedTuple):
     completion_tokens: int
     latency_ms: float
     ttft_ms: float | None
+    queue_ms: float | None = None  # None (records from before it was kept): no wait
+
+
+# A stretch of wall-clock time, (start, end) in unix seconds: a plain tuple, as there are two a record.
+Interval = tuple[float, float]
+
+
+def covered_s(intervals: Iterable[Interval]) -> float:
+    """The time covered by at least one of the intervals (their union's length), in seconds."""
+    total = 0.0
+    start = end = -math.inf
+    for next_start, next_end in sorted(intervals):
+        if next_start > end:  # a gap: the stretch so far is complete
+            total += end - start if end > start else 0.0
+            start, end = next_start, next_end
+        elif next_end > end:
+            end = next_end
+    return total + (end - start if end > start else 0.0)
 
 
 class RequestCounts(msgspec.Struct, kw_only=True):
@@ -112,8 +133,9 @@ class _Tally:
     without_ttft: int = 0
     prefill_tokens: int = 0  # uncached prompt tokens of the requests with a TTFT
     decode_tokens: int = 0  # completion tokens of the requests with a TTFT
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
+    # from the send upstream to the first token, and from there to the end, of each of them
+    prefill: list[Interval] = field(default_factory=list)
+    decode: list[Interval] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)
 
     def add(self, record: TimedRecord) -> None:
@@ -131,8 +153,11 @@ class _Tally:
             return
         self.prefill_tokens += max(record.prompt_tokens - record.cached_tokens, 0)
         self.decode_tokens += record.completion_tokens
-        self.prefill_s += record.ttft_ms / 1000
-        self.decode_s += max(record.latency_ms - record.ttft_ms, 0.0) / 1000
+        dispatched = record.created_at + (record.queue_ms or 0.0) / 1000
+        first_token = dispatched + record.ttft_ms / 1000
+        ended = max(record.created_at + record.latency_ms / 1000, first_token)
+        self.prefill.append((dispatched, first_token))
+        self.decode.append((first_token, ended))
         self.ttfts.append(record.ttft_ms)
 
     def figures(self, kind: type[F], **labels: Any) -> F:
@@ -142,8 +167,8 @@ class _Tally:
             requests=RequestCounts(succeeded=self.succeeded, failed=self.failed),
             tokens=TokenCounts(prompt=self.prompt, cached=self.cached, completion=self.completion),
             cache_hit_ratio=_ratio(self.cached, self.prompt),
-            prefill_tokens_per_s=_ratio(self.prefill_tokens, self.prefill_s),
-            decode_tokens_per_s=_ratio(self.decode_tokens, self.decode_s),
+            prefill_tokens_per_s=_ratio(self.prefill_tokens, covered_s(self.prefill)),
+            decode_tokens_per_s=_ratio(self.decode_tokens, covered_s(self.decode)),
             requests_without_ttft=self.without_ttft,
             ttft_ms=TtftPercentiles(
                 p50=nearest_rank(self.ttfts, 50),
@@ -178,8 +203,9 @@ def throughput(records: Iterable[TimedRecord]) -> Throughput | None:
 async def batch_throughput(
     session: AsyncSession, team_id: str, batch_id: str, since: datetime | None
 ) -> Throughput | None:
-    """The throughput of a batch's records (those since `since`, when given): seven columns a
-    record, read in one pass and summed as they come; only the TTFTs are kept, to sort."""
+    """The throughput of a batch's records (those since `since`, when given): eight columns a
+    record, read in one pass and summed as they come; only the TTFTs and the prefill and decode
+    intervals are kept, to sort."""
     c = _records.c
     statement = select(
         c.created_at,
@@ -189,13 +215,14 @@ async def batch_throughput(
         c.completion_tokens,
         cast(c.latency_ms, Float),  # a float, not a Decimal per row: these are measurements
         cast(c.ttft_ms, Float),
+        cast(c.queue_ms, Float),
     ).where(c.team_id == team_id, c.batch_id == batch_id)
     if since is not None:
         statement = statement.where(c.created_at >= since.astimezone(UTC))
     result = await session.execute(statement)
     return throughput(
-        TimedRecord(_unix(created), status, prompt, cached, completion, latency, ttft)
-        for created, status, prompt, cached, completion, latency, ttft in result
+        TimedRecord(_unix(created), status, prompt, cached, completion, latency, ttft, queue)
+        for created, status, prompt, cached, completion, latency, ttft, queue in result
     )
 
 

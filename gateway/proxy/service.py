@@ -339,6 +339,7 @@ class ProxyService:
             latency_ms=latency_ms,
             ttft_ms=milliseconds(ctx.attempts.ttft_s) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,
+            queue_ms=milliseconds(ctx.attempts.queue_s),
         )
         if self._settle is None:
             await self._usage.append(event)

@@ -12,7 +12,17 @@ from sqlalchemy.engine import Connection
 from gateway.db.migrate import alembic_config, upgrade_head_async
 from gateway.db.session import create_engine
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
-from tests.unit.db.test_migrate import HEAD, TEAM_AT_0002, migrate, schema_diffs, team_columns
+from tests.unit.db.test_migrate import (
+    HEAD,
+    JOBS_AT_0004,
+    JOBS_AT_0005,
+    TEAM_AT_0002,
+    job_batches,
+    job_directives,
+    migrate,
+    schema_diffs,
+    team_columns,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +106,28 @@ async def test_teams_at_0002_get_weight_one_and_the_downgrade_drops_it() -> None
     assert diffs == []
     assert "weight" not in columns
     assert names == ["old"]
+
+
+async def test_provider_batch_ids_move_into_their_column_and_back() -> None:
+    database = "gateway_test_metering_migrate_provider_batch"
+    await create_database(database)
+    url = pg_url(database)
+    await migrate(url, command.upgrade, "0004")
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(JOBS_AT_0004))
+
+    await upgrade_head_async(url)
+    async with engine.connect() as connection:
+        upgraded = await job_batches(connection)
+        diffs = await connection.run_sync(schema_diffs)
+    await migrate(url, command.downgrade, "0004")
+    async with engine.connect() as connection:
+        downgraded = await job_directives(connection)
+    await engine.dispose()
+    await drop_database(database)
+
+    assert upgraded == JOBS_AT_0005
+    assert diffs == []
+    assert downgraded["batch_both"] == {"region": "eu", "provider_batch_id": "pb_1"}
+    assert downgraded["batch_alone"] == {"provider_batch_id": "pb_2"}

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.db.models import BatchJob, UsageRecord
 from gateway.db.session import session_factory
 from gateway.metering.reports import team_batches
-from gateway.metering.throughput import batch_throughput
+from gateway.metering.throughput import TimedRecord, batch_throughput, throughput
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
 
 pytestmark = pytest.mark.integration
@@ -62,6 +62,7 @@ def records(batch_id: str, count: int, rng: random.Random) -> list[dict[str, Any
                 "cost": Decimal(0),
                 "latency_ms": (ttft or Decimal(0)) + Decimal(rng.randint(1_000, 9_000_000)) / 1000,
                 "ttft_ms": ttft,
+                "queue_ms": None if n % 7 == 0 else Decimal(rng.randint(0, 2_000_000)) / 1000,
             }
         )
     return rows
@@ -77,9 +78,20 @@ async def postgres_percentiles(session: AsyncSession, batch_id: str) -> list[flo
     return [float(value) for value in row]
 
 
+def as_timed(row: dict[str, Any]) -> TimedRecord:
+    """A row as inserted, as the throughput reads it (timings as floats, waits included)."""
+    ttft, queue = row["ttft_ms"], row["queue_ms"]
+    return TimedRecord(
+        row["created_at"].timestamp(), row["status"], row["prompt_tokens"], row["cached_tokens"],
+        row["completion_tokens"], float(row["latency_ms"]), None if ttft is None else float(ttft),
+        None if queue is None else float(queue),
+    )  # fmt: skip
+
+
 async def test_percentiles_agree_with_postgresql_and_timings_are_read_exactly(sessions: Sessions) -> None:
+    rows = records("b1", 2_000, random.Random(1))
     async with sessions.begin() as session:
-        await session.execute(insert(UsageRecord), records("b1", 2_000, random.Random(1)))
+        await session.execute(insert(UsageRecord), rows)
 
     async with sessions() as session:
         figures = await batch_throughput(session, "team_a", "b1", None)
@@ -94,6 +106,12 @@ async def test_percentiles_agree_with_postgresql_and_timings_are_read_exactly(se
 
     assert figures is not None
     assert [figures.ttft_ms.p50, figures.ttft_ms.p90, figures.ttft_ms.p99] == expected
+    from_rows = throughput(as_timed(row) for row in rows)
+    assert from_rows is not None
+    assert (figures.prefill_tokens_per_s, figures.decode_tokens_per_s) == (
+        from_rows.prefill_tokens_per_s,
+        from_rows.decode_tokens_per_s,
+    )
     assert figures.requests.succeeded + figures.requests.failed == totals[0]
     assert figures.tokens.completion == totals[1]
     assert figures.requests_without_ttft == sum(1 for n in range(2_000) if n % 10 == 0 and n % 50)

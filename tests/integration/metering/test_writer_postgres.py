@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from decimal import Decimal
 
 import msgspec
 import pytest
@@ -215,6 +216,23 @@ async def test_counts_past_int4_are_written_by_copy_and_by_the_idempotent_path(
         (3_000_000_000, 2**40, 2**31, 2**32)
     }
     assert writer.records_rejected == 0
+
+
+async def test_the_wait_in_the_queue_is_written_by_copy_and_by_the_idempotent_path(
+    pg_engine: AsyncEngine, make_event: EventFactory
+) -> None:
+    buffer = MemoryBuffer()
+    writer = UsageWriter(buffer, session_factory(pg_engine))
+    first = make_event(queue_ms=1.2346)
+    await buffer.append(first)
+    await writer.flush()  # COPY straight into usage_records
+    await buffer.append(first)
+    await buffer.append(make_event(queue_ms=None))
+    await writer.flush()  # a duplicate among them: COPY into the staging table, INSERT ... SELECT
+
+    async with session_factory(pg_engine)() as session:
+        waits = (await session.scalars(select(UsageRecord.queue_ms))).all()
+    assert sorted(waits, key=lambda wait: wait is None) == [Decimal("1.235"), None]
 
 
 async def test_a_record_the_database_refuses_is_dead_lettered_with_its_reason(

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect, text
+from sqlalchemy import JSON, String, column, inspect, select, table, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -19,7 +19,7 @@ from gateway.db.base import Base
 from gateway.db.migrate import alembic_config, migrations_dir, upgrade_head, upgrade_head_async
 from gateway.db.session import create_engine
 
-HEAD = "0004"  # the newest revision under migrations/versions
+HEAD = "0005"  # the newest revision under migrations/versions
 
 
 def schema_diffs(connection: Connection) -> list[object]:
@@ -45,6 +45,43 @@ TEAM_AT_0002 = (
     "INSERT INTO teams (id, name, rpm_limit, created_at, updated_at) "
     "VALUES ('team_old', 'old', 60, '2026-12-01 00:00:00', '2026-12-01 00:00:00')"
 )
+
+
+JOBS_AT_0004 = (
+    "INSERT INTO batch_jobs (id, team_id, key_id, endpoint, input_file_id, completion_window, status, "
+    "directives, request_total, request_completed, request_failed, prompt_tokens, completion_tokens, "
+    "cached_tokens, created_at, expires_at, fencing_token) VALUES "
+    + ", ".join(
+        f"('{job_id}', 'team_old', 'key_old', '/v1/chat/completions', 'file-old', '24h', 'in_progress', "
+        f"{directives}, 1, 0, 0, 0, 0, 0, '2026-12-01 00:00:00', '2026-12-02 00:00:00', 1)"
+        for job_id, directives in (
+            ("batch_both", """'{"region": "eu", "provider_batch_id": "pb_1"}'"""),
+            ("batch_alone", """'{"provider_batch_id": "pb_2"}'"""),
+            ("batch_none", """'{"region": "eu"}'"""),
+            ("batch_bare", "NULL"),
+        )
+    )
+)
+# the jobs above as 0005 keeps them: (directives, provider_batch_id)
+JOBS_AT_0005 = {
+    "batch_alone": (None, "pb_2"),
+    "batch_bare": (None, None),
+    "batch_both": ({"region": "eu"}, "pb_1"),
+    "batch_none": ({"region": "eu"}, None),
+}
+_jobs = table("batch_jobs", column("id", String()), column("directives", JSON()))
+
+
+async def job_directives(connection: AsyncConnection) -> dict[str, object]:
+    rows = await connection.execute(select(_jobs.c.id, _jobs.c.directives))
+    return {row.id: row.directives for row in rows}
+
+
+async def job_batches(connection: AsyncConnection) -> dict[str, tuple[object, str | None]]:
+    """Each job's directives and provider batch id, as 0005 keeps them."""
+    batch_id = column("provider_batch_id", String())
+    rows = await connection.execute(select(_jobs.c.id, _jobs.c.directives, batch_id).select_from(_jobs))
+    return {job_id: (directives, provider_batch) for job_id, directives, provider_batch in rows}
 
 
 async def team_columns(connection: AsyncConnection) -> set[str]:
@@ -121,3 +158,33 @@ async def test_the_weight_downgrade_drops_the_column_and_keeps_the_teams(tmp_pat
     assert "weight" not in columns
     assert {"rpm_limit", "tpm_limit"} <= columns
     assert names == ["old"]
+
+
+async def test_provider_batch_ids_move_out_of_the_directives_and_back(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    await migrate(url, command.upgrade, "0004")
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.execute(text(JOBS_AT_0004))
+
+    await upgrade_head_async(url)
+    async with engine.connect() as connection:
+        upgraded = await job_batches(connection)
+    diffs, _, version = await inspect_database(url)
+    await migrate(url, command.downgrade, "0004")
+    async with engine.connect() as connection:
+        downgraded = await job_directives(connection)
+        record_columns = await connection.run_sync(
+            lambda sync: {c["name"] for c in inspect(sync).get_columns("usage_records")}
+        )
+    await engine.dispose()
+
+    assert upgraded == JOBS_AT_0005
+    assert (diffs, version) == ([], HEAD)
+    assert downgraded == {
+        "batch_both": {"region": "eu", "provider_batch_id": "pb_1"},
+        "batch_alone": {"provider_batch_id": "pb_2"},
+        "batch_none": {"region": "eu"},
+        "batch_bare": None,
+    }
+    assert "queue_ms" not in record_columns

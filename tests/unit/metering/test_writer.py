@@ -146,6 +146,28 @@ def test_record_row_has_utc_time_and_exact_numbers(make_event: EventFactory) -> 
     assert set(row) == {column.name for column in UsageRecord.__table__.columns}
 
 
+def test_record_row_keeps_the_wait_in_the_queue_to_the_microsecond(make_event: EventFactory) -> None:
+    assert record_row(make_event(queue_ms=12.3456789))["queue_ms"] == Decimal("12.346")
+    assert record_row(make_event(queue_ms=0.0))["queue_ms"] == Decimal("0.000")
+    assert record_row(make_event())["queue_ms"] is None
+
+
+async def test_an_event_buffered_before_the_queue_wait_was_kept_is_written_without_one(
+    sqlite_sessions: Sessions, make_event: EventFactory
+) -> None:
+    # as the Redis buffer holds an event (its JSON), written by a process that had no queue_ms yet
+    document = msgspec.to_builtins(make_event(queue_ms=5.0))
+    del document["queue_ms"]
+    old = msgspec.json.Decoder(UsageEvent).decode(msgspec.json.encode(document))
+    buffer = MemoryBuffer()
+    await buffer.append(old)
+    await buffer.append(make_event(queue_ms=250.5))
+
+    await UsageWriter(buffer, sqlite_sessions).flush()
+
+    assert [record.queue_ms for record in await stored(sqlite_sessions)] == [None, Decimal("250.500")]
+
+
 def test_errors_are_described_without_their_text() -> None:
     assert describe_error(ValueError("team_a secret prompt")) == "ValueError"
 
