@@ -7,14 +7,20 @@ from contextlib import asynccontextmanager
 
 import structlog
 from litestar import Litestar, Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
 from gateway.api.batches import BATCH_HANDLERS
-from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.error_replies import (
+    ErrorReply,
+    gateway_error_reply,
+    http_error_reply,
+    internal_error_reply,
+    unrouted_reply,
+)
 from gateway.api.files import FILE_HANDLERS
 from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.ops import OPS_HANDLERS
@@ -44,7 +50,11 @@ def gateway_error_handler(request: Request, exc: GatewayError) -> Response[bytes
 
 
 def http_error_handler(request: Request, exc: HTTPException) -> Response[bytes]:
-    reply = http_error_reply(exc.status_code, exc.detail, _request_id(request))
+    reply = None
+    if isinstance(exc, NotFoundException | MethodNotAllowedException):  # raised by the router
+        reply = unrouted_reply(exc.status_code, request.method, request.url.path, _request_id(request))
+    if reply is None:
+        reply = http_error_reply(exc.status_code, exc.detail, _request_id(request))
     return _response(reply._replace(headers=reply.headers | (exc.headers or {})))
 
 

@@ -15,7 +15,7 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
     ├── UpstreamTimeout (504)
     ├── UpstreamUnavailable (503)
-    ├── UpstreamRateLimited (429 from the provider)
+    ├── UpstreamRateLimited (429 from the provider, with Retry-After; never opens a circuit)
     ├── UpstreamTooLarge (502, over the response size cap: never retried)
     ├── UpstreamRejected (4xx from the provider: passed on, never retried)
     ├── UpstreamMisconfigured (502: a URL or header the catalog got wrong: never retried)
@@ -24,7 +24,13 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 
 from __future__ import annotations
 
+import math
+
 import msgspec
+
+# Retry-After on an upstream 429 that did not say when to come back: a short pause, the gateway
+# having already waited out its own retries.
+UPSTREAM_RATE_LIMIT_RETRY_S = 1
 
 
 class ErrorDetail(msgspec.Struct, omit_defaults=False):
@@ -166,9 +172,16 @@ class UpstreamUnavailable(UpstreamError):
 
 
 class UpstreamRateLimited(UpstreamError):
+    """The provider answered 429. Its reply carries `Retry-After`: the upstream's own value when it
+    sent one, else `UPSTREAM_RATE_LIMIT_RETRY_S`."""
+
     status = 429
     type = "rate_limit_error"
     code = "upstream_rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, **kwargs: object) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **kwargs)
+        self.headers.setdefault("retry-after", retry_after_header(retry_after_s, UPSTREAM_RATE_LIMIT_RETRY_S))
 
 
 class UpstreamTooLarge(UpstreamError):
@@ -200,3 +213,10 @@ class PinnedProviderUnavailable(UpstreamError):
     status = 503
     code = "pinned_provider_unavailable"
     retryable = False
+
+
+def retry_after_header(seconds: float | None, default: int) -> str:
+    """`Retry-After` in whole seconds (rounded up, at least 1), or `default` when none is known."""
+    if seconds is None:
+        return str(default)
+    return str(max(1, math.ceil(seconds)))

@@ -28,6 +28,7 @@ HTTP_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 TOO_LARGE = "The request body is larger than the gateway accepts"
+_MAX_PATH_CHARS = 200  # a path echoed in a message: enough to recognise it, never a whole long URL
 
 
 class ErrorReply(NamedTuple):
@@ -61,6 +62,22 @@ def http_error_reply(status: int, detail: str | None, request_id: str | None) ->
     message = TOO_LARGE if status == 413 else detail or "Request failed"
     body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=code)))
     return ErrorReply(status, request_id_header(request_id), body)
+
+
+def unrouted_reply(status: int, method: str, path: str, request_id: str | None) -> ErrorReply | None:
+    """The answer when no route takes the request: a path under `/v1/` the gateway does not serve
+    (404 `unsupported_endpoint`, as an OpenAI client expects an error object there) or a known
+    path asked with a method it does not take (405 `method_not_allowed`). None for anything else."""
+    named = f"{method} {path[:_MAX_PATH_CHARS]}"
+    if status == 404 and path.startswith("/v1/"):
+        message = f"Invalid URL ({named}): the gateway does not serve this endpoint"
+        detail = ErrorDetail(message=message, type="invalid_request_error", code="unsupported_endpoint")
+    elif status == 405:
+        message = f"Invalid method ({named}): this path does not take {method}"
+        detail = ErrorDetail(message=message, type="invalid_request_error", code="method_not_allowed")
+    else:
+        return None
+    return ErrorReply(status, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)))
 
 
 def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> ErrorReply:

@@ -5,8 +5,9 @@ Its clients are given to it where services are wired (`gateway.services`): the n
 `httpx_bridge`. Both raise only the gateway's own errors. The executor asks a provider adapter to
 build each upstream request and to parse what comes back, retries retryable failures on the same
 deployment with backoff (honouring `Retry-After` up to a cap), and records each outcome on the
-health board. An answer past the response cap raises `UpstreamAnswerTooLarge`, which carries
-what had arrived, so that the work the upstream did is metered.
+health board (an upstream 429 is retried but never counted against the circuit). An answer past
+the response cap raises `UpstreamAnswerTooLarge`, which carries what had arrived, so that the work
+the upstream did is metered.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TypeVar
 from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
 from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
-from gateway.errors import UpstreamError, UpstreamTooLarge
+from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTooLarge
 from gateway.providers.base import (
     Endpoint,
     ProviderAdapter,
@@ -275,7 +276,9 @@ class Executor:
         return stream
 
     async def _on_failure(self, deployment: Deployment, exc: UpstreamError) -> None:
-        if exc.retryable:
+        # A 429 says the deployment is busy, not broken: counting it would open the circuit of a
+        # healthy upstream and move traffic (and new batches) off it at the moment it asks for less.
+        if exc.retryable and not isinstance(exc, UpstreamRateLimited):
             await self._health.record_failure(deployment.id)
 
     def _backoff(self, attempt: int, exc: UpstreamError) -> float:

@@ -225,10 +225,12 @@ class ProxyService:
             return result
         assert last_error is not None
         if plan.batch is not None:
+            retry_after = last_error.headers.get("retry-after")  # the upstream's 429, an open circuit
             raise PinnedProviderUnavailable(
                 f"The deployment pinned for batch '{plan.batch}' is unavailable after "
                 f"{ctx.attempts.count} attempt(s) ({last_error.message}); the pin stays. "
-                "Retry later or start a new batch."
+                "Retry later or start a new batch.",
+                headers={"retry-after": retry_after} if retry_after is not None else None,
             ) from last_error
         raise last_error
 

@@ -7,8 +7,9 @@ the whole truth (the embedded single-process default).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -35,6 +36,31 @@ class Circuit:
         return CircuitState.OPEN if now - self.opened_at < cooldown_s else CircuitState.HALF_OPEN
 
 
+class OpenCircuits(frozenset[str]):
+    """The deployments whose circuit is open, each with the seconds until it turns half-open.
+
+    A set, so that routing can skip its members as it skips any set of names; the waits let a
+    refusal say when to come back (`Retry-After`)."""
+
+    half_open_in: dict[str, float]
+
+    def __new__(cls, half_open_in: Mapping[str, float]) -> OpenCircuits:
+        circuits = super().__new__(cls, half_open_in)
+        circuits.half_open_in = dict(half_open_in)
+        return circuits
+
+    # Equal to any set of the same names: the waits say when, not what is open.
+    def __eq__(self, other: object) -> bool:
+        return frozenset.__eq__(self, other)
+
+    __hash__ = frozenset.__hash__
+
+    def retry_after_s(self, deployments: Iterable[str]) -> int:
+        """Whole seconds until the first of `deployments` turns half-open: at least 1."""
+        waits = [self.half_open_in[d] for d in deployments if d in self.half_open_in]
+        return max(1, math.ceil(min(waits, default=1.0)))
+
+
 class HealthBoard:
     """The in-process board; `RedisHealthBoard` shares it between processes."""
 
@@ -46,10 +72,16 @@ class HealthBoard:
         self._circuits = {d: Circuit() for d in deployments}
         self.in_flight = dict.fromkeys(self._circuits, 0)
 
-    def open_circuits(self) -> frozenset[str]:
+    def open_circuits(self) -> OpenCircuits:
         """The deployments routing must skip: those whose circuit is open (not yet half-open)."""
         now, cooldown = self._clock(), self._settings.cooldown_s
-        return frozenset(d for d, c in self._circuits.items() if c.state(now, cooldown) is CircuitState.OPEN)
+        return OpenCircuits(
+            {
+                d: c.opened_at + cooldown - now
+                for d, c in self._circuits.items()
+                if c.opened_at is not None and c.state(now, cooldown) is CircuitState.OPEN
+            }
+        )
 
     def state_of(self, deployment: str) -> tuple[CircuitState, int]:
         circuit = self._circuits.setdefault(deployment, Circuit())

@@ -15,6 +15,7 @@ from gateway.auth.principal import Principal
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback
+from gateway.routing.health import OpenCircuits
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,7 @@ def plan_route(
         return RoutePlan((pinned,), directives.batch, pinned=True)
     healthy = [d for d in eligible if d.id not in open_circuits]
     if not healthy:
-        names = ", ".join(d.id for d in eligible)
-        raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
+        raise every_circuit_open(eligible, open_circuits)
     ordered = healthy if directives.providers else weighted_order(healthy, rng)
     bound = directives.batch is not None or directives.fallback is Fallback.NEVER
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
@@ -128,9 +128,19 @@ def batch_placement(
     """
     healthy = [d for d in eligible if d.id not in open_circuits]
     if not healthy:
-        names = ", ".join(d.id for d in eligible)
-        raise UpstreamUnavailable(f"Every eligible deployment has an open circuit: {names}")
+        raise every_circuit_open(eligible, open_circuits)
     return healthy[0] if directives.providers else rendezvous_choice(key, healthy)
+
+
+def every_circuit_open(eligible: Sequence[Deployment], open_circuits: frozenset[str]) -> UpstreamUnavailable:
+    """The 503 when no eligible deployment may be tried, with `Retry-After` set to when the first
+    of them turns half-open (1 s when the set does not say)."""
+    ids = [d.id for d in eligible]
+    wait = open_circuits.retry_after_s(ids) if isinstance(open_circuits, OpenCircuits) else 1
+    return UpstreamUnavailable(
+        f"Every eligible deployment has an open circuit: {', '.join(ids)}",
+        headers={"retry-after": str(wait)},
+    )
 
 
 def weighted_order(deployments: Sequence[Deployment], rng: random.Random) -> list[Deployment]:

@@ -22,7 +22,7 @@ from gateway.dispatch.stream import OpenStream
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import Deployment, DeploymentTable
-from gateway.routing.health import HealthBoard
+from gateway.routing.health import CircuitState, HealthBoard
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.services import in_process_mock
 from gateway.settings import (
@@ -432,3 +432,57 @@ async def test_every_attempt_gives_its_permit_back(
 
     [gate] = harness.executor.scheduler.providers["up"].gates
     assert gate.in_flight == 0 and gate.tokens_in_flight == 0 and upstream.stats()["total"] == 6
+
+
+# --- upstream 429s: retried, never counted against the circuit -------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rate_limited_deployment_is_retried_but_its_circuit_stays_closed(
+    upstream: RunningUpstream, harnesses: list[Harness], stream: bool
+) -> None:
+    harness = make(harnesses, provider(base_url=f"{upstream.base_url}/v1"))
+    upstream.set_behaviour(fail_rate=1.0, fail_status=429, retry_after=0)
+    attempts = Attempts()
+    deployment = harness.deployment()
+
+    with pytest.raises(UpstreamRateLimited):
+        await (
+            harness.executor.open_stream(deployment, chat_call(stream=True), attempts, 3)
+            if stream
+            else harness.executor.send(deployment, chat_call(), attempts, max_attempts=3)
+        )
+
+    assert upstream.stats()["total"] == 3 and attempts.count == 3
+    assert attempts.errors == ["upstream_rate_limited"] * 3
+    assert harness.health.state_of(deployment.id) == (CircuitState.CLOSED, 0)
+
+
+async def test_rate_limits_leave_earlier_failures_counted_as_they_were(
+    upstream: RunningUpstream, harnesses: list[Harness]
+) -> None:
+    harness = make(harnesses, provider(base_url=f"{upstream.base_url}/v1"))
+    deployment = harness.deployment()
+    upstream.set_behaviour(fail_rate=1.0, fail_status=500)
+    with pytest.raises(UpstreamError):
+        await harness.executor.send(deployment, chat_call(), Attempts(), max_attempts=2)
+    upstream.set_behaviour(fail_rate=1.0, fail_status=429)
+    with pytest.raises(UpstreamRateLimited):
+        await harness.executor.send(deployment, chat_call(), Attempts(), max_attempts=2)
+
+    assert harness.health.state_of(deployment.id) == (CircuitState.CLOSED, 2)  # neither reset nor added
+
+
+@pytest.mark.parametrize(("sent", "replied"), [(2, "2"), (1.2, "2"), (0, "1"), (None, "1")])
+async def test_giving_up_on_a_rate_limit_replies_with_retry_after(
+    upstream: RunningUpstream, harnesses: list[Harness], sent: float | None, replied: str
+) -> None:
+    """The upstream's own wait, rounded up to whole seconds; a short default when it sent none."""
+    harness = make(harnesses, provider(base_url=f"{upstream.base_url}/v1"))
+    upstream.set_behaviour(fail_rate=1.0, fail_status=429, retry_after=sent)
+
+    with pytest.raises(UpstreamRateLimited) as raised:
+        await harness.executor.send(harness.deployment(), chat_call(), Attempts(), max_attempts=2)
+
+    assert raised.value.headers["retry-after"] == replied
+    assert upstream.stats()["total"] == 2  # the gateway waited at most its cap: the test's is 1 ms

@@ -220,3 +220,17 @@ def test_durations_are_recorded_in_milliseconds_as_round_to_three_places_gives_t
         seconds = rng.random() * rng.choice((0.001, 0.05, 2.0, 300.0))
         assert milliseconds(seconds) == round(seconds * 1000, 3)
     assert (milliseconds(0.0123456), milliseconds(0.0), milliseconds(61.5)) == (12.346, 0.0, 61500.0)
+
+
+async def test_a_pinned_batch_that_keeps_being_rate_limited_passes_retry_after_on() -> None:
+    h = harness()
+    home = await h.call(Directives(batch="b1"))
+
+    def rate_limited(message: str) -> UpstreamError:
+        return UpstreamRateLimited(message, headers={"retry-after": "7"})
+
+    h.executor.failing.add(home.id)
+    h.executor.error = rate_limited  # type: ignore[assignment]
+    with pytest.raises(PinnedProviderUnavailable) as refused:
+        await h.call(Directives(batch="b1"))
+    assert refused.value.headers.get("retry-after") == "7"

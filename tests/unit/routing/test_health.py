@@ -138,3 +138,21 @@ async def test_unreachable_redis_degrades_to_the_local_board() -> None:
     await board.refresh()  # keeps the local view
     assert board.open_circuits() == {A}
     await redis.aclose()
+
+
+async def test_open_circuits_say_how_long_until_each_turns_half_open(board_factory: object) -> None:
+    clock = Clock()
+    board: HealthBoard = board_factory(clock)  # type: ignore[operator]
+    await fail(board, 3, A)
+    clock.now += 10.5
+    await fail(board, 3, B)
+    clock.now += 2
+    circuits = board.open_circuits()
+    assert circuits.half_open_in == pytest.approx({A: 17.5, B: 28.0})
+    assert circuits.retry_after_s([A, B]) == 18  # the soonest, rounded up
+    assert circuits.retry_after_s([B]) == 28
+    clock.now += 17.4
+    assert board.open_circuits().retry_after_s([A, B]) == 1  # 0.1 s: never less than a second
+    clock.now += 0.2
+    assert board.open_circuits() == {B}  # A is half-open: only B's wait is left
+    assert board.open_circuits().retry_after_s([A, B]) == 11
