@@ -55,19 +55,20 @@ def catalog(upstream: str) -> str:
     return f"providers:\n{providers}models:\n{models}retry:\n  max_attempts: 1\n"
 
 
-def recreate_database() -> str:
-    import asyncpg  # type: ignore[import-untyped]
+def recreate_database(name: str = DATABASE) -> str:
+    """A fresh PostgreSQL database for one benchmark run; its URL."""
+    import asyncpg
 
     async def run() -> None:
         conn = await asyncpg.connect(POSTGRES_ADMIN_URL)
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
 
     asyncio.run(run())
-    return f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
 
 
 def flush_redis() -> None:

@@ -19,9 +19,9 @@ import asyncpg
 import openai
 from openai.types import Batch
 
+from bench import stack as bench_stack
 from bench.scheduling.processes import (
     GATEWAY,
-    POSTGRES_ADMIN_URL,
     Gateway,
     Simulator,
     catalog,
@@ -45,15 +45,7 @@ def jobs_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def recreate_database() -> None:
-    async def run() -> None:
-        conn = await asyncpg.connect(POSTGRES_ADMIN_URL)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            await conn.execute(f'CREATE DATABASE "{DATABASE}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
+    bench_stack.recreate_database(DATABASE)
 
 
 def migrate(workdir: Path) -> None:

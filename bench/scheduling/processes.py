@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 import yaml
 
+from bench import stack as bench_stack
 from bench.procstat import tree
 from bench.stack import REPO, free_port
 
 DATABASE = "gateway_bench_scheduling"
-POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DATABASE_URL = f"postgresql://postgres@127.0.0.1:5432/{DATABASE}"
 REDIS_URL = "redis://127.0.0.1:6379/15"
 ADMIN_KEY = "bench-scheduling-admin"
@@ -35,17 +35,7 @@ GATEWAY = (sys.executable, "-m", "gateway.cli")
 
 
 def recreate_database() -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(POSTGRES_ADMIN_URL)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-            await conn.execute(f'CREATE DATABASE "{DATABASE}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(run())
+    bench_stack.recreate_database(DATABASE)
 
 
 def migrate(workdir: Path) -> None:
