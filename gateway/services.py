@@ -25,6 +25,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
+from gateway.jobs.file_store import FileStore, open_file_store
 from gateway.jobs.runner import JobRunner
 from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, Reservations, reconcile
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
@@ -68,6 +69,7 @@ class Services:
     metrics: Metrics
     limiter: Limiter
     pipeline: ProxyPipeline
+    file_store: FileStore | None = None  # where the Files API keeps bytes; None: the database
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     job_runner: JobRunner | None = None  # this process's share of the Batch API's jobs
@@ -115,6 +117,9 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.executor.aclose()
+        if self.file_store is not None:
+            with contextlib.suppress(Exception):  # a store gone away has nothing left to flush
+                await self.file_store.aclose()
         with contextlib.suppress(Exception):  # Redis gone: the start-up reconcile restores the spend
             await self.limiter.aclose()
         if self.redis is not None:
@@ -226,6 +231,7 @@ def open_services(settings: Settings) -> Services:
             catalog.limits.max_messages,
             Reservations(table, catalog.limits.default_max_tokens),
         ),
+        file_store=open_file_store(catalog.files),
     )
 
 

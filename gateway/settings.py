@@ -180,6 +180,34 @@ class JobSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pause_s: float = 5.0  # the wait before trying again after the pinned upstream failed
 
 
+FILE_STORES = ("database", "s3")
+
+
+class S3Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An S3-compatible bucket that holds the Files API's bytes (gateway.jobs.file_store)."""
+
+    endpoint_url: str
+    bucket: str
+    access_key_id: str
+    secret_access_key: str
+    prefix: str = "gateway-files/"  # an object's key is this plus the file id
+    region: str = "us-east-1"
+
+    def __repr__(self) -> str:  # settings may be printed; the secret never is
+        return (
+            f"S3Settings(endpoint_url={self.endpoint_url!r}, bucket={self.bucket!r}, "
+            f"prefix={self.prefix!r}, region={self.region!r}, access_key_id={self.access_key_id!r}, "
+            "secret_access_key='***')"
+        )
+
+
+class FileSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Where the Files API keeps file bytes: the database (every process reads it) or S3."""
+
+    store: str = "database"
+    s3: S3Settings | None = None
+
+
 class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: tuple[Provider, ...]
     models: tuple[ModelSpec, ...]
@@ -189,6 +217,7 @@ class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limits: LimitSettings = LimitSettings()
     scheduling: SchedulingSettings = SchedulingSettings()
     jobs: JobSettings = JobSettings()
+    files: FileSettings = FileSettings()
 
     def provider(self, name: str) -> Provider:
         return next(p for p in self.providers if p.name == name)
@@ -504,9 +533,31 @@ def _check_jobs(jobs: JobSettings, path: Path) -> None:
             raise ConfigError(f"{path}: {key}: out of range")
 
 
+def _check_files(files: FileSettings, path: Path) -> None:
+    if files.store not in FILE_STORES:
+        raise ConfigError(f"{path}: files.store: must be database or s3, not {files.store!r}")
+    if files.store != "s3":
+        return
+    if files.s3 is None:
+        raise ConfigError(f"{path}: files.s3: required when files.store is s3")
+    s3 = files.s3
+    for key in ("endpoint_url", "bucket", "access_key_id", "secret_access_key", "region"):
+        if not getattr(s3, key).strip():
+            raise ConfigError(f"{path}: files.s3.{key}: must not be empty")
+    endpoint = urlsplit(s3.endpoint_url)
+    if endpoint.scheme not in ("http", "https") or not endpoint.hostname:
+        raise ConfigError(f"{path}: files.s3.endpoint_url: must be an http:// or https:// URL")
+    if endpoint.username or endpoint.password:
+        raise ConfigError(
+            f"{path}: files.s3.endpoint_url: give the credentials as access_key_id and "
+            "secret_access_key, not in the URL"
+        )
+
+
 def _check_tuning(catalog: Catalog, path: Path) -> None:
     _check_scheduling(catalog.scheduling, path)
     _check_jobs(catalog.jobs, path)
+    _check_files(catalog.files, path)
     if catalog.retry.max_attempts < 1:
         raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
     checks = {

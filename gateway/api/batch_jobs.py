@@ -104,7 +104,10 @@ async def create_batch(request: Request) -> Response[bytes]:
     services = services_of(request)
     async with services.sessions.begin() as session:
         job = await batches.create_job(
-            session, batches.JobRequest(principal, spec, directives), services.table
+            session,
+            batches.JobRequest(principal, spec, directives),
+            services.table,
+            store=services.file_store,
         )
     return _json(batch_object(job))
 

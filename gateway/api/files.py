@@ -3,7 +3,8 @@
 Only purpose `batch` may be uploaded: the gateway keeps files for its Batch API. An upload may be
 up to OpenAI's batch input limit (`MAX_FILE_BYTES`), above the gateway's `limits.max_body_bytes`:
 this route alone raises Litestar's body limit, and the multipart parser spools the file to disk
-while it arrives. The whole file is then held in memory once, to store it in the database.
+while it arrives. The whole file is then held in memory once, to store it in the database (or the
+object store of `files.store`).
 """
 
 from __future__ import annotations
@@ -102,8 +103,11 @@ async def upload_file(request: Request) -> Response[bytes]:
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("file must be the uploaded file (multipart/form-data).", param="file")
         data = await _read(upload)
-        async with services_of(request).sessions.begin() as session:
-            stored = await files.store_file(session, principal.team_id, purpose, _filename(upload), data)
+        services = services_of(request)
+        async with services.sessions.begin() as session:
+            stored = await files.store_file(
+                session, principal.team_id, purpose, _filename(upload), data, store=services.file_store
+            )
     finally:
         for value in form.values():
             if isinstance(value, UploadFile):
@@ -158,16 +162,22 @@ async def retrieve_file(request: Request, file_id: FromPath[str]) -> Response[by
 )
 async def delete_file(request: Request, file_id: FromPath[str]) -> Response[bytes]:
     principal = await authenticated(request)
-    async with services_of(request).sessions.begin() as session:
-        stored = await files.delete_file(session, principal.team_id, path_id(file_id, "file_id"))
+    services = services_of(request)
+    async with services.sessions.begin() as session:
+        stored = await files.delete_file(
+            session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store
+        )
     return _json(FileDeleted(stored.id))
 
 
 @get("/v1/files/{file_id:str}/content", media_type=OCTETS, operation_class=documented())
 async def file_content(request: Request, file_id: FromPath[str]) -> Response[bytes]:
     principal = await authenticated(request)
-    async with services_of(request).sessions() as session:
-        data = await files.file_bytes(session, principal.team_id, path_id(file_id, "file_id"))
+    services = services_of(request)
+    async with services.sessions() as session:
+        data = await files.file_bytes(
+            session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store
+        )
     return Response(data, media_type=OCTETS)
 
 

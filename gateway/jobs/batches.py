@@ -21,6 +21,7 @@ from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob, BatchLine
 from gateway.db.teams import utcnow
 from gateway.errors import Conflict, DirectiveConflict, InvalidRequest, NotFound
+from gateway.jobs.file_store import FileStore
 from gateway.jobs.files import BATCH_INPUT, file_bytes, get_file
 from gateway.jobs.input_lines import CheckedInput, check_input
 from gateway.jobs.pages import page_after
@@ -105,9 +106,12 @@ class JobRequest:
     directives: Directives
 
 
-async def create_job(session: AsyncSession, request: JobRequest, table: DeploymentTable) -> BatchJob:
+async def create_job(
+    session: AsyncSession, request: JobRequest, table: DeploymentTable, *, store: FileStore | None = None
+) -> BatchJob:
     """A job for a good input file (`validating`, with its lines) or a bad one (`failed`, with its
-    errors). The request itself being wrong (endpoint, window, file, model) is a 4xx and no job."""
+    errors); the input's bytes are read from `store` when files are kept there. The request itself
+    being wrong (endpoint, window, file, model) is a 4xx and no job."""
     spec, team_id = request.spec, request.principal.team_id
     window = _window(spec)
     stored = await get_file(session, team_id, spec.input_file_id, param="input_file_id")
@@ -116,7 +120,7 @@ async def create_job(session: AsyncSession, request: JobRequest, table: Deployme
             f"The file {stored.id} has purpose {stored.purpose!r}; a batch's input must have purpose 'batch'.",
             param="input_file_id",
         )
-    data = await file_bytes(session, team_id, stored.id)
+    data = await file_bytes(session, team_id, stored.id, store=store)
     # Checking up to 200 MB of JSON lines takes a while: off the event loop.
     checked = await asyncio.to_thread(check_input, data, spec.endpoint)
     if checked.lines and checked.model is not None:

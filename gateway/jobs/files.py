@@ -1,7 +1,9 @@
 """Files repository: a team's files of the Files API, stored in the database with their bytes apart.
 
 A file is the team's own: every read takes the team, and another team's file is as absent as a
-deleted one. Deleting keeps the row (a job still names its input file) and drops the bytes.
+deleted one. Deleting keeps the row (a job still names its input file) and drops the bytes. The
+bytes are a `FileContent` row, or with a `store` (`gateway.jobs.file_store`, `files.store: s3`) an
+object of that store; a file stored in the database before the switch is still read from there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.models import FileContent, StoredFile
 from gateway.db.teams import utcnow
 from gateway.errors import NotFound
+from gateway.jobs.file_store import FileStore
 from gateway.jobs.pages import page_after
 
 BATCH_INPUT = "batch"
@@ -42,8 +45,9 @@ async def store_file(
     data: bytes,
     *,
     expires_at: datetime | None = None,
+    store: FileStore | None = None,
 ) -> StoredFile:
-    """Add the file and its bytes to the session; the caller commits."""
+    """Add the file and its bytes to the session (or the bytes to `store`); the caller commits."""
     stored = StoredFile(
         id=new_file_id(),
         team_id=team_id,
@@ -55,6 +59,9 @@ async def store_file(
     )
     session.add(stored)
     await session.flush()  # the content row's foreign key needs the file row first
+    if store is not None:
+        await store.put(stored.id, data)
+        return stored
     session.add(FileContent(file_id=stored.id, data=data))
     await session.flush()
     return stored
@@ -80,17 +87,31 @@ async def get_file(
     return stored
 
 
-async def file_bytes(session: AsyncSession, team_id: str, file_id: str) -> bytes:
+async def file_bytes(
+    session: AsyncSession, team_id: str, file_id: str, *, store: FileStore | None = None
+) -> bytes:
     """The content of a live file of the team; NotFound as `get_file`."""
-    query = (
-        select(FileContent.data)
-        .join(StoredFile, StoredFile.id == FileContent.file_id)
+    if store is None:
+        query = (
+            select(FileContent.data)
+            .join(StoredFile, StoredFile.id == FileContent.file_id)
+            .where(StoredFile.id == file_id, *_live(team_id))
+        )
+        data = (await session.scalars(query)).first()
+        if data is None:
+            raise NotFound(f"No such File object: {file_id}", param="file_id")
+        return data
+    stored_here = (
+        select(StoredFile.id, FileContent.data)
+        .outerjoin(FileContent, FileContent.file_id == StoredFile.id)
         .where(StoredFile.id == file_id, *_live(team_id))
     )
-    data = (await session.scalars(query)).first()
-    if data is None:
+    row = (await session.execute(stored_here)).first()
+    if row is None:
         raise NotFound(f"No such File object: {file_id}", param="file_id")
-    return data
+    if row.data is not None:  # stored before the store was configured
+        return bytes(row.data)
+    return await store.get(row.id)
 
 
 async def list_files(
@@ -109,10 +130,16 @@ async def list_files(
     return await page_after(session, query, StoredFile, limit=limit, after=after, newest_first=newest_first)
 
 
-async def delete_file(session: AsyncSession, team_id: str, file_id: str) -> StoredFile:
-    """Mark the file deleted and drop its bytes; NotFound as `get_file`. The caller commits."""
+async def delete_file(
+    session: AsyncSession, team_id: str, file_id: str, *, store: FileStore | None = None
+) -> StoredFile:
+    """Mark the file deleted and drop its bytes (from `store` too); NotFound as `get_file`. The
+    caller commits."""
     stored = await get_file(session, team_id, file_id)
     stored.deleted_at = utcnow()
     await session.execute(delete(FileContent).where(FileContent.file_id == stored.id))
     await session.flush()
+    if store is not None:
+        # After the row is locked and marked: a store that fails rolls the delete back whole.
+        await store.delete(stored.id)
     return stored

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.auth.principal import Principal
 from gateway.db.keys import principal_of
 from gateway.db.models import ApiKey, BatchJob, BatchLine, Team, UsageRecord
+from gateway.jobs.file_store import FileStore
 from gateway.jobs.files import BATCH_ERRORS, BATCH_OUTPUT, store_file
 from gateway.jobs.output_files import JobFiles, LineRecord
 from gateway.metering.events import UsageEvent
@@ -294,10 +295,17 @@ async def line_records(session: AsyncSession, job_id: str) -> list[LineRecord]:
 
 
 async def finish_job(
-    session: AsyncSession, claim: Claim, status: str, files: JobFiles, now: datetime
+    session: AsyncSession,
+    claim: Claim,
+    status: str,
+    files: JobFiles,
+    now: datetime,
+    *,
+    store: FileStore | None = None,
 ) -> bool:
-    """Store the job's files and give it its final status, in one transaction; False (nothing
-    stored) when the claim no longer holds the job."""
+    """Store the job's files (their bytes in `store`, when files are kept there) and give it its
+    final status, in one transaction; False (nothing stored) when the claim no longer holds the job.
+    A store that fails raises, and the job keeps the status it had."""
     final = (
         update(BatchJob)
         .where(_held_by(claim))
@@ -309,10 +317,11 @@ async def finish_job(
         await session.rollback()
         return False
     job_id, team_id = claim.job_id, claim.team_id
-    output = await store_file(session, team_id, BATCH_OUTPUT, f"{job_id}_output.jsonl", files.output)
+    output_name, errors_name = f"{job_id}_output.jsonl", f"{job_id}_error.jsonl"
+    output = await store_file(session, team_id, BATCH_OUTPUT, output_name, files.output, store=store)
     errors = None
     if files.errors:
-        errors = await store_file(session, team_id, BATCH_ERRORS, f"{job_id}_error.jsonl", files.errors)
+        errors = await store_file(session, team_id, BATCH_ERRORS, errors_name, files.errors, store=store)
     named = (
         update(BatchJob)
         .where(_held_by(claim))

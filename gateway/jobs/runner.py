@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from gateway.dispatch.executor import Executor
+    from gateway.jobs.file_store import FileStore
     from gateway.metrics import Metrics
     from gateway.routing.deployment import DeploymentTable
     from gateway.routing.health import HealthBoard
@@ -64,6 +65,7 @@ class RunnerServices(Protocol):
     health: HealthBoard
     executor: Executor
     metrics: Metrics
+    file_store: FileStore | None
 
 
 class LeaseLost(Exception):
@@ -100,9 +102,12 @@ class JobRun:
         settings: JobSettings,
         sender: SendsLines,
         provider: ProviderBatches | None = None,
+        *,
+        file_store: FileStore | None = None,
     ) -> None:
         self.claim = claim
         self._provider = provider
+        self._file_store = file_store  # where the output files' bytes go; None: the database
         self._sessions = sessions
         self._settings = settings
         self._sender = sender
@@ -254,7 +259,8 @@ class JobRun:
         files = build_job_files(self.claim.job_id, lines, NEVER_RUN[end])
         self._finishing = True
         async with self._sessions() as session:
-            if not await ledger.finish_job(session, self.claim, end, files, utcnow()):
+            # A store that fails raises here: the job keeps its status and is claimed again.
+            if not await ledger.finish_job(session, self.claim, end, files, utcnow(), store=self._file_store):
                 raise LeaseLost(self.claim.job_id)
         log.info("batch_finished", batch=self.claim.job_id, status=end, lines=len(lines))
 
@@ -282,6 +288,7 @@ class JobRunner:
         )
         self._settings = catalog.jobs
         self._sessions = services.sessions
+        self._file_store = services.file_store
         self._runs: dict[str, tuple[JobRun, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
 
@@ -311,7 +318,9 @@ class JobRunner:
             claim = await ledger.claim_job(session, self.owner, self._settings.lease_s, utcnow(), self._runs)
         if claim is None:
             return None
-        job_run = JobRun(claim, self._sessions, self._settings, self._sender, self._provider)
+        job_run = JobRun(
+            claim, self._sessions, self._settings, self._sender, self._provider, file_store=self._file_store
+        )
         task = asyncio.create_task(self._run_job(job_run), name=f"batch-job-{claim.job_id}")
         self._runs[claim.job_id] = (job_run, task)
         task.add_done_callback(lambda _: self._runs.pop(claim.job_id, None))

@@ -21,6 +21,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
+from gateway.jobs.file_store import FileStore
 from gateway.routing.deployment import DeploymentTable
 from gateway.settings import Settings
 from tests.unit.auth.records import add_key, add_team, create_tables
@@ -38,6 +39,7 @@ class StandInServices:
     sessions: async_sessionmaker[AsyncSession]
     key_cache: KeyCache
     table: DeploymentTable
+    file_store: FileStore | None = None  # the database keeps the bytes
 
 
 @dataclass(frozen=True)
