@@ -29,7 +29,7 @@ from gateway.api.usage import USAGE_HANDLERS
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
 from gateway.services import open_services
-from gateway.settings import Settings
+from gateway.settings import Settings, unpriced_deployments
 
 log = structlog.get_logger("gateway.app")
 
@@ -74,6 +74,8 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         if on_started is not None:
             on_started()
         log.info("gateway_started", models=len(services.table.by_model), redis=settings.redis_url is not None)
+        for deployment in unpriced_deployments(settings.catalog):
+            log.warning("deployment_unpriced", deployment=deployment)
         try:
             yield
         finally:

@@ -10,7 +10,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from gateway.commands.preflight import serving_problem, unresolved_store
-from gateway.settings import ConfigError, Settings, load_settings
+from gateway.settings import ConfigError, Settings, load_settings, unpriced_deployments
 
 if TYPE_CHECKING:
     from gateway.server.writer_process import WriterProcess
@@ -134,6 +134,8 @@ def cmd_check_config(_: argparse.Namespace) -> int:
         f"{settings.config_path}: ok ({len(catalog.providers)} providers, {len(catalog.models)} models, "
         f"{deployments} deployments)"
     )
+    for deployment in unpriced_deployments(catalog):  # a warning: serving such a catalog is allowed
+        print(f"gateway: warning: deployment {deployment} has no price: metered at 0 USD", file=sys.stderr)
     return 0
 
 

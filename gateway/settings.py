@@ -581,3 +581,17 @@ def _check_tuning(catalog: Catalog, path: Path) -> None:
             f"{path}: limits.max_buffered_body_bytes: must be at least limits.max_body_bytes, "
             "or no body as large as the cap could ever be read"
         )
+
+
+def unpriced_deployments(catalog: Catalog) -> list[str]:
+    """The deployments (`<provider>/<upstream model>`, as routing names them) whose every rate is
+    zero or unset: their tokens are metered at 0 USD, most often because `price` was left out.
+    The `mock` kind is left out, since it costs nothing."""
+    kinds = {provider.name: provider.kind for provider in catalog.providers}
+    unpriced = (
+        f"{spec.provider}/{spec.model}"
+        for model in catalog.models
+        for spec in model.deployments
+        if kinds[spec.provider] is not ProviderKind.MOCK and not any(msgspec.structs.astuple(spec.price))
+    )
+    return list(dict.fromkeys(unpriced))  # one entry when two aliases share a deployment

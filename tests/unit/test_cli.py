@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -186,3 +187,34 @@ def test_serve_names_the_address_it_listens_on(
     monkeypatch.delenv("GATEWAY_WORKERS", raising=False)
     assert main(["serve", "--no-migrate", "--host", "::1", "--port", "8181"]) == 0
     assert "serving on http://[::1]:8181 (1 worker)" in capsys.readouterr().err
+
+
+UNPRICED = """
+providers:
+  - {name: vllm, kind: openai, region: eu-west, base_url: "http://127.0.0.1:9/v1"}
+  - {name: mock, kind: mock, region: eu-west}
+models:
+  - name: llama
+    deployments:
+      - {provider: vllm, model: llama-70b}
+      - {provider: vllm, model: llama-8b, price: {input: 0.1, output: 0.2}}
+      - {provider: mock, model: mock-chat}
+"""
+
+
+async def test_serving_warns_of_each_unpriced_deployment_at_start(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from litestar.testing import AsyncTestClient
+
+    from gateway.app import create_app
+    from tests.fuzz.stack import fuzz_settings
+
+    config = tmp_path / "gateway.yaml"
+    config.write_text(UNPRICED)
+    async with AsyncTestClient(app=create_app(fuzz_settings(tmp_path, config))):
+        pass  # the lifespan alone: start, then stop
+
+    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    warnings = [line for line in lines if line["event"] == "deployment_unpriced"]
+    assert [(w["level"], w["deployment"]) for w in warnings] == [("warning", "vllm/llama-70b")]

@@ -18,6 +18,7 @@ from gateway.settings import (
     RetrySettings,
     load_catalog,
     load_settings,
+    unpriced_deployments,
 )
 
 MINIMAL = """
@@ -404,3 +405,60 @@ def test_bad_connection_settings_name_the_variable(
     with pytest.raises(ConfigError) as raised:
         load_settings({"GATEWAY_CONFIG": str(write(tmp_path, MINIMAL)), name: value})
     assert str(raised.value).startswith(f"{name}: {expected}")
+
+
+# --- prices -----------------------------------------------------------------------------------
+
+PRICED_AND_NOT = """
+providers:
+  - {name: vllm, kind: openai, region: eu-west, base_url: "http://10.0.0.5:8000/v1"}
+  - {name: mock, kind: mock, region: eu-west}
+models:
+  - name: llama
+    deployments:
+      - {provider: vllm, model: llama-70b}
+      - {provider: vllm, model: llama-8b, price: {input: 0, output: 0, cached_input: 0}}
+      - {provider: vllm, model: llama-405b, price: {input: 0.6, output: 0.8}}
+      - {provider: vllm, model: llama-batch, price: {batch_output: 0.4}}
+      - {provider: mock, model: mock-chat}
+  - name: llama-alias
+    deployments:
+      - {provider: vllm, model: llama-70b}
+"""
+
+
+def test_unpriced_deployments_are_those_with_every_rate_zero(tmp_path: Path) -> None:
+    catalog = load_catalog(write(tmp_path, PRICED_AND_NOT), {})
+    # any one rate prices a deployment; a mock costs nothing; a shared deployment is named once
+    assert unpriced_deployments(catalog) == ["vllm/llama-70b", "vllm/llama-8b"]
+
+
+def test_the_example_catalog_prices_every_deployment() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "gateway.example.yaml"
+    catalog = load_catalog(
+        example, {"OPENAI_API_KEY": "x", "ANTHROPIC_API_KEY": "x", "AZURE_OPENAI_KEY": "x"}
+    )
+    assert unpriced_deployments(catalog) == []
+    assert {p.kind for p in catalog.providers} == {
+        ProviderKind.OPENAI,
+        ProviderKind.AZURE,
+        ProviderKind.ANTHROPIC,
+    }
+    assert any(p.capacity is not None and p.capacity.limited for p in catalog.providers)
+
+
+def test_check_config_warns_once_per_unpriced_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GATEWAY_CONFIG", str(write(tmp_path, PRICED_AND_NOT)))
+    monkeypatch.delenv("GATEWAY_REDIS_URL", raising=False)
+    monkeypatch.delenv("GATEWAY_WORKERS", raising=False)
+
+    assert main(["check-config"]) == 0  # a warning, not a refusal
+
+    out, err = capsys.readouterr()
+    assert ": ok (2 providers, 2 models, 6 deployments)" in out
+    assert err.splitlines() == [
+        "gateway: warning: deployment vllm/llama-70b has no price: metered at 0 USD",
+        "gateway: warning: deployment vllm/llama-8b has no price: metered at 0 USD",
+    ]
