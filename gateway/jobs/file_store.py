@@ -1,33 +1,15 @@
-"""Where the Files API's bytes live when not in the database: the `FileStore` Protocol and its S3
-implementation, `S3FileStore`, over one aiobotocore client per process.
+"""Where the Files API's bytes live when not in the database: the `FileStore` Protocol, and the
+store the settings name (`gateway.jobs.s3_store.S3FileStore` for `files.store: s3`).
 
 The metadata (`StoredFile`) stays in the database either way; a store holds only the bytes, under
-`prefix + file id`. Every failure of the store is a `ServiceUnavailable` (503): the message and the
-log line name neither the endpoint nor the credentials.
+`prefix + file id`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
-import aiohttp
-import structlog
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError
-
-from gateway.errors import NotFound, ServiceUnavailable
-from gateway.settings import FileSettings, S3Settings
-
-log = structlog.get_logger("gateway.files")
-# A store that answers nothing must not hold a request for long: the caller gets a 503 instead.
-CONNECT_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 60.0
-MAX_ATTEMPTS = 3  # botocore's own retries of a throttled or dropped call
-MISSING_CODES = frozenset({"NoSuchKey", "404"})
+from gateway.settings import FileSettings
 
 
 class FileStore(Protocol):
@@ -45,93 +27,8 @@ class FileStore(Protocol):
 def open_file_store(settings: FileSettings) -> FileStore | None:
     """The store the settings name; None for the database (the files repository's default)."""
     if settings.store == "s3" and settings.s3 is not None:
+        # Imported only when configured: botocore alone adds ~15 MB to every serving process.
+        from gateway.jobs.s3_store import S3FileStore
+
         return S3FileStore(settings.s3)
-    return None
-
-
-class S3FileStore:
-    """A bucket of an S3-compatible object store. The client is opened at the first call (it needs
-    the running event loop) and closed by `aclose`."""
-
-    def __init__(self, settings: S3Settings) -> None:
-        self._settings = settings
-        self._exits = contextlib.AsyncExitStack()
-        self._client: Any = None  # aiobotocore's S3 client: generated at run time, untyped
-        self._opening = asyncio.Lock()
-
-    def key(self, file_id: str) -> str:
-        return self._settings.prefix + file_id
-
-    async def put(self, file_id: str, data: bytes) -> None:
-        async with self._call("put"):
-            client = await self._opened()
-            await client.put_object(Bucket=self._settings.bucket, Key=self.key(file_id), Body=data)
-
-    async def get(self, file_id: str) -> bytes:
-        """The object's bytes; NotFound when the bucket has no such object."""
-        async with self._call("get"):
-            client = await self._opened()
-            try:
-                reply = await client.get_object(Bucket=self._settings.bucket, Key=self.key(file_id))
-            except ClientError as exc:
-                if _error_code(exc) in MISSING_CODES:
-                    raise NotFound(f"No such File object: {file_id}", param="file_id") from None
-                raise
-            async with reply["Body"] as body:
-                data: bytes = await body.read()
-            return data
-
-    async def delete(self, file_id: str) -> None:
-        """Remove the object; an object already gone is no error (S3's delete is idempotent)."""
-        async with self._call("delete"):
-            client = await self._opened()
-            await client.delete_object(Bucket=self._settings.bucket, Key=self.key(file_id))
-
-    async def aclose(self) -> None:
-        await self._exits.aclose()
-        self._client = None
-
-    async def _opened(self) -> Any:
-        async with self._opening:
-            if self._client is None:
-                settings = self._settings
-                config = AioConfig(
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    read_timeout=READ_TIMEOUT_S,
-                    retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-                    # S3-compatible servers (MinIO, Ceph, moto) name the bucket in the path
-                    s3={"addressing_style": "path"},
-                )
-                creating = get_session().create_client(
-                    "s3",
-                    endpoint_url=settings.endpoint_url,
-                    region_name=settings.region,
-                    aws_access_key_id=settings.access_key_id,
-                    aws_secret_access_key=settings.secret_access_key,
-                    config=config,
-                )
-                self._client = await self._exits.enter_async_context(creating)
-        return self._client
-
-    @contextlib.asynccontextmanager
-    async def _call(self, operation: str) -> AsyncIterator[None]:
-        """A failure of the store as a 503; botocore's messages may quote the endpoint, so only the
-        error's class and S3 code are kept."""
-        try:
-            yield
-        except (BotoCoreError, ClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.warning(
-                "file_store_failed",
-                operation=operation,
-                bucket=self._settings.bucket,
-                error=type(exc).__name__,
-                code=_error_code(exc),
-            )
-            raise ServiceUnavailable("The file store is unavailable; try again later.") from None
-
-
-def _error_code(exc: Exception) -> str | None:
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code")
-        return None if code is None else str(code)
     return None

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.jobs.file_store import S3FileStore, open_file_store
+from gateway.jobs.file_store import open_file_store
+from gateway.jobs.s3_store import S3FileStore
 from gateway.settings import ConfigError, FileSettings, S3Settings, load_catalog
 
 BASE = """
