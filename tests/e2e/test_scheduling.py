@@ -471,7 +471,7 @@ async def test_the_server_metrics_keep_its_own_queue_short(stack: SchedulingStac
     assert stats["max_running"] <= 4
     # A hundred at once, no static cap: the server's queue stayed short because the gateway held
     # dispatch while the server's /metrics said it was saturated.
-    assert stats["max_waiting"] <= 8, stats
+    assert stats["max_waiting"] <= 16, stats  # arrivals between two server steps count as waiting
     [replica] = await stack.replicas("pressured")
     assert replica["server_load"]["stale"] is False
 
@@ -486,7 +486,7 @@ async def test_unreadable_server_metrics_never_fail_a_request(stack: SchedulingS
     assert len(replies) == stats["requests_finished"] == 100
     # Nothing held the flood (there are no static caps): the server queued it itself, which is
     # what the metrics above spared it.
-    assert stats["max_waiting"] > 8, stats
+    assert stats["max_waiting"] > 16, stats
     [replica] = await stack.replicas("blind")
     assert replica["server_load"]["stale"] is True
 

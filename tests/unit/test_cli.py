@@ -202,19 +202,22 @@ models:
 """
 
 
-async def test_serving_warns_of_each_unpriced_deployment_at_start(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    from litestar.testing import AsyncTestClient
-
-    from gateway.app import create_app
-    from tests.fuzz.stack import fuzz_settings
+def test_serving_warns_of_each_unpriced_deployment_at_start(tmp_path: Path) -> None:
+    """Through a real `gateway serve`: its own log lines, whatever this test process configured."""
+    from tests.support.gateway import GatewayProcess
 
     config = tmp_path / "gateway.yaml"
     config.write_text(UNPRICED)
-    async with AsyncTestClient(app=create_app(fuzz_settings(tmp_path, config))):
-        pass  # the lifespan alone: start, then stop
-
-    lines = [json.loads(line) for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    env = {
+        "GATEWAY_DATABASE_URL": f"sqlite:///{tmp_path / 'gateway.db'}",
+        "GATEWAY_REDIS_URL": "",
+        "GATEWAY_LOG_FORMAT": "json",
+    }
+    gateway = GatewayProcess(config, env).start()
+    try:
+        logs = gateway.logs()
+    finally:
+        gateway.stop()
+    lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
     warnings = [line for line in lines if line["event"] == "deployment_unpriced"]
     assert [(w["level"], w["deployment"]) for w in warnings] == [("warning", "vllm/llama-70b")]
