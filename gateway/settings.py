@@ -1,4 +1,6 @@
-"""Typed, frozen settings: the environment plus the YAML catalog, validated once at start-up.
+"""Typed, frozen settings: the environment plus the YAML catalog (`gateway.catalog`), validated
+once at start-up. The catalog's types are re-exported here, so callers import settings from one
+place.
 
 This is the only module that reads `os.environ`.
 """
@@ -6,221 +8,56 @@ This is the only module that reads `os.environ`.
 from __future__ import annotations
 
 import os
-import re
 import sys
-from decimal import Decimal
-from enum import Enum
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
-import yaml
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from gateway.catalog import (
+    BUFFERED_BODIES,
+    BatchSettings,
+    Catalog,
+    CircuitSettings,
+    ConfigError,
+    DeploymentSpec,
+    LimitSettings,
+    ModelSpec,
+    Price,
+    Provider,
+    ProviderKind,
+    RetrySettings,
+    load_catalog,
+    unpriced_deployments,
+)
+from gateway.work_settings import Capacity, FileSettings, JobSettings, S3Settings, SchedulingSettings
 
-class ConfigError(Exception):
-    """A bad configuration: the message names the file, the key and the problem."""
-
-
-class ProviderKind(str, Enum):
-    OPENAI = "openai"
-    AZURE = "azure"
-    ANTHROPIC = "anthropic"
-    MOCK = "mock"
-
-
-class Capacity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What one replica of a provider may have in flight, across every gateway process
-    (gateway.scheduling); absent limits are unlimited."""
-
-    max_concurrency: int | None = None  # requests in flight at one replica
-    max_tokens_in_flight: int | None = None  # prompt tokens + max_tokens (or a default) in flight
-    load_metrics: bool = False  # also hold dispatch while the replica's own /metrics say it is saturated
-    metrics_url: str | None = None  # default: the replica's base URL without /v1, plus /metrics
-
-    @property
-    def limited(self) -> bool:
-        return self.max_concurrency is not None or self.max_tokens_in_flight is not None or self.load_metrics
-
-
-class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: str
-    kind: ProviderKind
-    region: str
-    base_url: str | None = None
-    base_urls: tuple[str, ...] = ()
-    api_key: str | None = None
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    api_version: str = "2024-10-21"  # azure only
-    anthropic_version: str = "2023-06-01"  # anthropic only
-    # How prompt-cache hints are forwarded: "openai" (prompt_cache_key, cache_control removed),
-    # "pass" (forward as sent), "strip" (remove all hints); "auto" = openai for OpenAI and Azure,
-    # strip for other OpenAI-compatible servers (vLLM, SGLang...).
-    cache_hints: str = "auto"
-    headers: dict[str, str] = {}
-    capacity: Capacity | None = None  # absent: unlimited, no queue
-    # Send non-streaming chat requests to the upstream as streams, to record their time to first
-    # token, and answer with the assembled completion (OpenAI-compatible kinds only).
-    measure_ttft: bool = False
-    # Who runs a Batch API job's lines: "gateway" (one by one, through the scheduler) or
-    # "provider" (the whole job goes to the provider's own batch API; openai, azure, anthropic)
-    batch_execution: str = "gateway"
-
-    @property
-    def urls(self) -> tuple[str, ...]:
-        """Replica base URLs, in configured order (one for most providers)."""
-        if self.base_urls:
-            return tuple(u.rstrip("/") for u in self.base_urls)
-        return (self.base_url.rstrip("/"),) if self.base_url else ()
-
-
-class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """USD per million tokens; cached_input and cache_write fall back to input. batch_input and
-    batch_output price the lines a provider's own batch API ran (gateway.metering.pricing)."""
-
-    input: Decimal = Decimal(0)
-    output: Decimal = Decimal(0)
-    cached_input: Decimal | None = None
-    cache_write: Decimal | None = None
-    batch_input: Decimal | None = None
-    batch_output: Decimal | None = None
-
-
-class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    provider: str
-    model: str
-    price: Price = Price()
-    weight: float = 1.0
-    # The share taken off every rate for lines run by the provider's batch API (0.5: half price),
-    # where price.batch_input / batch_output are not given
-    batch_discount: Decimal | None = None
-
-
-class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    name: str
-    deployments: tuple[DeploymentSpec, ...]
-
-
-class RetrySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    max_attempts: int = 3
-    backoff_base_s: float = 0.2
-    backoff_max_s: float = 5.0
-    retry_after_cap_s: float = 30.0
-
-
-class CircuitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    failure_threshold: int = 5
-    cooldown_s: float = 30.0
-
-
-class BatchSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    idle_ttl_s: int = 3600
-
-
-BUFFERED_BODIES = 4  # request bodies as large as the cap one process may read at once, by default
-
-
-class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    max_body_bytes: int = 32 * 1024 * 1024
-    max_messages: int = 10_000
-    max_upstream_response_bytes: int = 64 * 1024 * 1024
-    # Request-body bytes one serving process reads at once, over all its requests (the proxy front,
-    # gateway.api.request_body); unset: BUFFERED_BODIES times max_body_bytes.
-    max_buffered_body_bytes: int | None = None
-    # Output tokens a request that sets neither max_tokens nor max_completion_tokens reserves per
-    # choice at admission (tokens per minute and budgets, gateway.limits.reservation)
-    default_max_tokens: int = 4096
-    # How long an admission's budget hold lasts when its request is never settled (a lost process)
-    reservation_ttl_s: float = 1800.0
-
-    @property
-    def buffered_body_bytes(self) -> int:
-        if self.max_buffered_body_bytes is None:
-            return BUFFERED_BODIES * self.max_body_bytes
-        return self.max_buffered_body_bytes
-
-
-class QueueTimeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    interactive: float = 30.0
-    batch: float = 3600.0
-
-
-class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """How requests wait for a replica's capacity (gateway.scheduling)."""
-
-    queue_timeout_s: QueueTimeouts = QueueTimeouts()
-    max_queued: int = 100_000  # waiting requests per provider; beyond: 429 queue_full
-    # The share of dispatches batch work keeps while interactive work waits too: never starved
-    batch_share: float = 0.1
-    # The share of each replica's max_concurrency that batch work leaves free for interactive
-    # arrivals (rounded down: none below 20 slots at 0.05), so they do not wait for a batch
-    # request to end
-    interactive_reserve: float = 0.075
-    # A cache key's replica is skipped once its load passes this multiple of the mean
-    # (consistent hashing with bounded loads)
-    affinity_load_bound: float = 1.5
-    metrics_interval_s: float = 0.1  # how often a `load_metrics` replica's /metrics is read
-    metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
-    # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
-    target_waiting: int = 0
-    kv_cache_high: float = 0.8  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
-    permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
-
-
-class JobSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """How this process runs Batch API jobs (gateway.jobs.runner)."""
-
-    runner: bool = True  # claim and run jobs in this process
-    lease_s: float = 10.0  # a claim lasts this long unless renewed; a dead holder's job moves after it
-    poll_interval_s: float = 1.0  # how often an idle runner looks for a job to claim
-    concurrency: int = 256  # lines of one job in flight at once, per process
-    pause_s: float = 5.0  # the wait before trying again after the pinned upstream failed
-
-
-FILE_STORES = ("database", "s3")
-
-
-class S3Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An S3-compatible bucket that holds the Files API's bytes (gateway.jobs.file_store)."""
-
-    endpoint_url: str
-    bucket: str
-    access_key_id: str
-    secret_access_key: str
-    prefix: str = "gateway-files/"  # an object's key is this plus the file id
-    region: str = "us-east-1"
-
-    def __repr__(self) -> str:  # settings may be printed; the secret never is
-        return (
-            f"S3Settings(endpoint_url={self.endpoint_url!r}, bucket={self.bucket!r}, "
-            f"prefix={self.prefix!r}, region={self.region!r}, access_key_id={self.access_key_id!r}, "
-            "secret_access_key='***')"
-        )
-
-
-class FileSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Where the Files API keeps file bytes: the database (every process reads it) or S3."""
-
-    store: str = "database"
-    s3: S3Settings | None = None
-
-
-class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    providers: tuple[Provider, ...]
-    models: tuple[ModelSpec, ...]
-    retry: RetrySettings = RetrySettings()
-    circuit: CircuitSettings = CircuitSettings()
-    batches: BatchSettings = BatchSettings()
-    limits: LimitSettings = LimitSettings()
-    scheduling: SchedulingSettings = SchedulingSettings()
-    jobs: JobSettings = JobSettings()
-    files: FileSettings = FileSettings()
-
-    def provider(self, name: str) -> Provider:
-        return next(p for p in self.providers if p.name == name)
+__all__ = [
+    "BUFFERED_BODIES",
+    "BatchSettings",
+    "Capacity",
+    "Catalog",
+    "CircuitSettings",
+    "ConfigError",
+    "DeploymentSpec",
+    "FileSettings",
+    "JobSettings",
+    "LimitSettings",
+    "ModelSpec",
+    "Price",
+    "Provider",
+    "ProviderKind",
+    "RetrySettings",
+    "S3Settings",
+    "SchedulingSettings",
+    "Settings",
+    "default_config_path",
+    "load_catalog",
+    "load_settings",
+    "unpriced_deployments",
+]
 
 
 class Settings(msgspec.Struct, frozen=True):
@@ -246,8 +83,6 @@ class Settings(msgspec.Struct, frozen=True):
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_PATH_IN_MESSAGE = re.compile(r" - at `\$(.*)`$")
 
 
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
@@ -375,223 +210,3 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
     if value < 0:
         raise ConfigError(f"{name}: must not be negative")
     return value
-
-
-def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping with providers and models")
-    substituted = _substitute_env(raw, environ, path, "")
-    try:
-        catalog = msgspec.convert(substituted, Catalog, strict=False)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        match = _PATH_IN_MESSAGE.search(message)
-        where = match.group(1).lstrip(".") if match else "(top level)"
-        problem = _PATH_IN_MESSAGE.sub("", message)
-        raise ConfigError(f"{path}: {where}: {problem}") from None
-    _check_references(catalog, path)
-    return catalog
-
-
-def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str) -> Any:
-    if isinstance(node, dict):
-        return {
-            k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k)) for k, v in node.items()
-        }
-    if isinstance(node, list):
-        return [_substitute_env(v, environ, path, f"{where}[{i}]") for i, v in enumerate(node)]
-    if isinstance(node, str):
-
-        def replace(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in environ:
-                return environ[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"{path}: {where}: environment variable {name} is not set")
-
-        return _ENV_REF.sub(replace, node)
-    return node
-
-
-def _check_references(catalog: Catalog, path: Path) -> None:
-    seen: set[str] = set()
-    for i, provider in enumerate(catalog.providers):
-        where = f"{path}: providers[{i}]"
-        if provider.name in seen:
-            raise ConfigError(f"{where}.name: duplicate provider name {provider.name!r}")
-        seen.add(provider.name)
-        if provider.kind is not ProviderKind.MOCK and not provider.urls:
-            raise ConfigError(f"{where}.base_url: required for a provider of kind {provider.kind.value}")
-        if provider.base_url and provider.base_urls:
-            raise ConfigError(f"{where}: give base_url or base_urls, not both")
-        if provider.cache_hints not in ("auto", "openai", "pass", "strip"):
-            raise ConfigError(f"{where}.cache_hints: must be auto, openai, pass or strip")
-        if provider.timeout_s <= 0:
-            raise ConfigError(f"{where}.timeout_s: must be positive")
-        if provider.connect_timeout_s <= 0:
-            raise ConfigError(f"{where}.connect_timeout_s: must be positive")
-        if len(set(provider.urls)) != len(provider.urls):
-            raise ConfigError(f"{where}.base_urls: a replica is listed twice")
-        if provider.measure_ttft and provider.kind is ProviderKind.ANTHROPIC:
-            raise ConfigError(f"{where}.measure_ttft: supported for OpenAI-compatible kinds only")
-        _check_capacity(provider.capacity, where)
-        _check_batch_execution(provider, where)
-    aliases: set[str] = set()
-    for i, model in enumerate(catalog.models):
-        where = f"{path}: models[{i}]"
-        if model.name in aliases:
-            raise ConfigError(f"{where}.name: duplicate model name {model.name!r}")
-        aliases.add(model.name)
-        if not model.deployments:
-            raise ConfigError(f"{where}.deployments: a model needs at least one deployment")
-        for j, deployment in enumerate(model.deployments):
-            if deployment.provider not in seen:
-                raise ConfigError(
-                    f"{where}.deployments[{j}].provider: unknown provider {deployment.provider!r} "
-                    f"(known: {', '.join(sorted(seen))})"
-                )
-            if deployment.weight <= 0:
-                raise ConfigError(f"{where}.deployments[{j}].weight: must be positive")
-            for field in ("input", "output", "cached_input", "cache_write", "batch_input", "batch_output"):
-                value = getattr(deployment.price, field)
-                if value is not None and not value.is_finite():
-                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must be a finite number")
-                if value is not None and value < 0:
-                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
-            discount = deployment.batch_discount
-            if discount is not None and not (discount.is_finite() and 0 <= discount <= 1):
-                raise ConfigError(f"{where}.deployments[{j}].batch_discount: must be between 0 and 1")
-    _check_tuning(catalog, path)
-
-
-BATCH_EXECUTIONS = ("gateway", "provider")
-# The provider kinds whose own batch API the gateway can submit a job to (gateway.jobs.provider_batches)
-PROVIDER_BATCH_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.ANTHROPIC)
-
-
-def _check_batch_execution(provider: Provider, where: str) -> None:
-    if provider.batch_execution not in BATCH_EXECUTIONS:
-        raise ConfigError(f"{where}.batch_execution: must be gateway or provider")
-    if provider.batch_execution == "provider" and provider.kind not in PROVIDER_BATCH_KINDS:
-        raise ConfigError(
-            f"{where}.batch_execution: provider needs a provider of kind openai, azure or anthropic, "
-            f"not {provider.kind.value}"
-        )
-
-
-def _check_capacity(capacity: Capacity | None, where: str) -> None:
-    if capacity is None:
-        return
-    for key in ("max_concurrency", "max_tokens_in_flight"):
-        value = getattr(capacity, key)
-        if value is not None and value < 1:
-            raise ConfigError(f"{where}.capacity.{key}: must be at least 1")
-    if capacity.metrics_url is not None and not capacity.metrics_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}.capacity.metrics_url: must be an http:// or https:// URL")
-
-
-def _check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
-    checks = {
-        "scheduling.queue_timeout_s.interactive": scheduling.queue_timeout_s.interactive > 0,
-        "scheduling.queue_timeout_s.batch": scheduling.queue_timeout_s.batch > 0,
-        "scheduling.max_queued": scheduling.max_queued >= 0,
-        "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
-        "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
-        "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
-        "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
-        "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
-        "scheduling.target_waiting": scheduling.target_waiting >= 0,
-        "scheduling.kv_cache_high": 0 < scheduling.kv_cache_high <= 1,
-        "scheduling.permit_lease_s": scheduling.permit_lease_s >= 1,
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{path}: {key}: out of range")
-
-
-def _check_jobs(jobs: JobSettings, path: Path) -> None:
-    checks = {
-        "jobs.lease_s": jobs.lease_s >= 0.5,
-        "jobs.poll_interval_s": jobs.poll_interval_s > 0,
-        "jobs.concurrency": jobs.concurrency >= 1,
-        "jobs.pause_s": jobs.pause_s >= 0,
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{path}: {key}: out of range")
-
-
-def _check_files(files: FileSettings, path: Path) -> None:
-    if files.store not in FILE_STORES:
-        raise ConfigError(f"{path}: files.store: must be database or s3, not {files.store!r}")
-    if files.store != "s3":
-        return
-    if files.s3 is None:
-        raise ConfigError(f"{path}: files.s3: required when files.store is s3")
-    s3 = files.s3
-    for key in ("endpoint_url", "bucket", "access_key_id", "secret_access_key", "region"):
-        if not getattr(s3, key).strip():
-            raise ConfigError(f"{path}: files.s3.{key}: must not be empty")
-    endpoint = urlsplit(s3.endpoint_url)
-    if endpoint.scheme not in ("http", "https") or not endpoint.hostname:
-        raise ConfigError(f"{path}: files.s3.endpoint_url: must be an http:// or https:// URL")
-    if endpoint.username or endpoint.password:
-        raise ConfigError(
-            f"{path}: files.s3.endpoint_url: give the credentials as access_key_id and "
-            "secret_access_key, not in the URL"
-        )
-
-
-def _check_tuning(catalog: Catalog, path: Path) -> None:
-    _check_scheduling(catalog.scheduling, path)
-    _check_jobs(catalog.jobs, path)
-    _check_files(catalog.files, path)
-    if catalog.retry.max_attempts < 1:
-        raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
-    checks = {
-        "retry.backoff_base_s": catalog.retry.backoff_base_s >= 0,
-        "retry.backoff_max_s": catalog.retry.backoff_max_s >= 0,
-        "retry.retry_after_cap_s": catalog.retry.retry_after_cap_s >= 0,
-        "circuit.failure_threshold": catalog.circuit.failure_threshold >= 1,
-        "circuit.cooldown_s": catalog.circuit.cooldown_s > 0,
-        "batches.idle_ttl_s": catalog.batches.idle_ttl_s >= 1,
-        "limits.max_body_bytes": catalog.limits.max_body_bytes >= 1024,
-        "limits.max_messages": catalog.limits.max_messages >= 1,
-        "limits.max_upstream_response_bytes": catalog.limits.max_upstream_response_bytes >= 1024,
-        "limits.default_max_tokens": 0 <= catalog.limits.default_max_tokens <= 2**31 - 1,
-        "limits.reservation_ttl_s": catalog.limits.reservation_ttl_s >= 1,
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{path}: {key}: out of range")
-    if catalog.limits.buffered_body_bytes < catalog.limits.max_body_bytes:
-        raise ConfigError(
-            f"{path}: limits.max_buffered_body_bytes: must be at least limits.max_body_bytes, "
-            "or no body as large as the cap could ever be read"
-        )
-
-
-def unpriced_deployments(catalog: Catalog) -> list[str]:
-    """The deployments (`<provider>/<upstream model>`, as routing names them) whose every rate is
-    zero or unset: their tokens are metered at 0 USD, most often because `price` was left out.
-    The `mock` kind is left out, since it costs nothing."""
-    kinds = {provider.name: provider.kind for provider in catalog.providers}
-    unpriced = (
-        f"{spec.provider}/{spec.model}"
-        for model in catalog.models
-        for spec in model.deployments
-        if kinds[spec.provider] is not ProviderKind.MOCK and not any(msgspec.structs.astuple(spec.price))
-    )
-    return list(dict.fromkeys(unpriced))  # one entry when two aliases share a deployment
