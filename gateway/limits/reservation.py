@@ -39,7 +39,10 @@ class Reservations:
         self, model: str, body_bytes: int, max_output_tokens: int | None, choices: int = 1
     ) -> Reservation:
         """`max_output_tokens`: what the request allows a choice (None: unset, so the default)."""
-        usage = self.tokens(body_bytes, max_output_tokens, choices)
+        return self.priced(model, self.tokens(body_bytes, max_output_tokens, choices))
+
+    def priced(self, model: str, usage: TokenUsage) -> Reservation:
+        """The reservation for what a request may use (`tokens`), at the alias's dearest price."""
         # An unknown alias reserves no cost: routing refuses it before any upstream is reached.
         costs = [tariff.cost(usage) for tariff in self._tariffs.get(model, ())]
         units = units_at_most(max(costs)) if costs else 0

@@ -108,15 +108,13 @@ class ProxyPipeline:
         raw = await read_body()
         parsed = parse_request(raw, endpoint, self.max_messages)
         directives = parse_directives(headers, parsed.gateway_object)
+        allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
         reservation = (
             Reservation()  # nothing binds this caller: nothing to hold back
             if principal.unlimited
-            else self.reservations.for_request(
-                parsed.model, len(raw), parsed.max_output_tokens, parsed.choices
-            )
+            else self.reservations.priced(parsed.model, allowed)
         )
         admission = await self.limiter.admit(principal, reservation)
-        allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
         ticket = Ticket(
             principal.team_id,
             principal.team_weight,
