@@ -1,6 +1,7 @@
 """The proxied endpoints served straight from ASGI, in front of the Litestar app.
 
-POST /v1/chat/completions, /v1/completions and /v1/embeddings are the gateway's hot path.
+POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and /v1/messages are the
+gateway's hot path.
 Litestar's per-request machinery (request and response objects, the handler signature model,
 header containers, the exception middleware) is a measurable share of the gateway's CPU per
 request (docs/performance.md). This front runs the same `ProxyPipeline` as the Litestar handlers,
@@ -30,6 +31,8 @@ ENDPOINTS = {
     "/v1/chat/completions": Endpoint.CHAT,
     "/v1/completions": Endpoint.COMPLETIONS,
     "/v1/embeddings": Endpoint.EMBEDDINGS,
+    "/v1/responses": Endpoint.RESPONSES,
+    "/v1/messages": Endpoint.MESSAGES,
 }
 JSON = (b"content-type", b"application/json")
 CLOSE = {"connection": "close"}

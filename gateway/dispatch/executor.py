@@ -33,7 +33,7 @@ from gateway.providers.base import (
     UpstreamResponse,
 )
 from gateway.providers.chat_assembly import ChatAssembly
-from gateway.providers.registry import adapter_for
+from gateway.providers.registry import endpoint_adapter
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
 from gateway.scheduling.gate import Grant
@@ -87,7 +87,8 @@ class Executor:
         self._network = network
         self._mock = mock
         self.scheduler = scheduler or Scheduler(catalog)
-        self._adapters = {p.name: adapter_for(p.kind) for p in catalog.providers}  # resolved once
+        # Resolved once per provider and endpoint, the first time one is asked for.
+        self._adapters: dict[tuple[str, Endpoint], ProviderAdapter] = {}
 
     async def aclose(self) -> None:
         await self.scheduler.aclose()
@@ -104,7 +105,9 @@ class Executor:
         self, deployment: Deployment, call: UpstreamCall, grant: Grant
     ) -> tuple[ProviderAdapter, UpstreamRequest]:
         provider = deployment.provider
-        adapter = self._adapters.get(provider.name) or adapter_for(provider.kind)
+        adapter = self._adapters.get((provider.name, call.endpoint))
+        if adapter is None:
+            adapter = self._adapters[provider.name, call.endpoint] = endpoint_adapter(provider, call.endpoint)
         return adapter, adapter.build_request(call, provider, grant.base_url)
 
     async def _open(self, provider: Provider, request: UpstreamRequest) -> Reply:

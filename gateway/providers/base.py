@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -17,11 +17,16 @@ from gateway.errors import UpstreamError
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider
 
+if TYPE_CHECKING:
+    from gateway.metering.pricing import Tariff
+
 
 class Endpoint(str, Enum):
     CHAT = "chat/completions"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
+    RESPONSES = "responses"  # OpenAI's Responses API (gateway.providers.responses_adapter)
+    MESSAGES = "messages"  # Anthropic's Messages API inbound (gateway.providers.messages_adapter)
 
 
 def estimated_tokens(text_bytes: int) -> int:
@@ -50,6 +55,7 @@ class UpstreamCall:
     team_id: str
     chat: ChatCompletionRequest | None = None  # the typed view, for chat completions
     cache_key: str | None = None  # given by the client, or derived from the cached prefix
+    tariff: Tariff | None = None  # the deployment's price, for the cost a reply carries (usage.cost)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,16 @@ def queue_header(queue_s: float) -> dict[str, str]:
     return {"x-gateway-queue-ms": f"{queue_s * 1000:.3f}"}
 
 
+def _authorization(headers: Mapping[str, str], endpoint: Endpoint) -> str | None:
+    """The bearer credential; the Messages API's clients (the `anthropic` SDK) send theirs as
+    `x-api-key`."""
+    authorization = headers.get("authorization")
+    if authorization is None and endpoint is Endpoint.MESSAGES:
+        api_key = headers.get("x-api-key")
+        return None if api_key is None else f"Bearer {api_key}"
+    return authorization
+
+
 @dataclass(slots=True)
 class ProxyExchange:
     """Who and what one proxied request is, as far as it got: error replies and logs read it."""
@@ -104,7 +114,7 @@ class ProxyPipeline:
 
         The key is checked from the headers before `read_body` is awaited: a request refused for
         its key costs no upload, and the client is never told to send its body (`100 Continue`)."""
-        principal = exchange.principal = await self.keys.authenticate(headers.get("authorization"))
+        principal = exchange.principal = await self.keys.authenticate(_authorization(headers, endpoint))
         raw = await read_body()
         parsed = parse_request(raw, endpoint, self.max_messages)
         directives = parse_directives(headers, parsed.gateway_object)

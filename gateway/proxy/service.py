@@ -193,6 +193,7 @@ class ProxyService:
             team_id=ctx.principal.team_id,
             chat=parsed.chat,
             cache_key=cache_key,
+            tariff=deployment.tariff,
         )
 
     # --- dispatch ---------------------------------------------------------------------------
