@@ -23,6 +23,7 @@ import httpx
 import msgspec
 
 from gateway.errors import UpstreamError
+from gateway.providers.anthropic import reply_context
 from gateway.providers.anthropic_response import anthropic_error_detail, parse_messages_response
 from gateway.providers.base import Endpoint, UpstreamCall, UpstreamResponse
 from gateway.providers.openai import OpenAIAdapter
@@ -290,7 +291,11 @@ def anthropic_line_result(
     if result.get("type") == "succeeded":
         try:
             return LineResult(
-                line_no, 200, parse_messages_response(msgspec.json.encode(result.get("message")), created)
+                line_no,
+                200,
+                parse_messages_response(
+                    msgspec.json.encode(result.get("message")), created, reply_context(calls[line_no])
+                ),
             )
         except UpstreamError:
             return None

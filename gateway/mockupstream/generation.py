@@ -1,6 +1,7 @@
 """What the mock generates for one request: the words of each choice, or a forced tool call.
 
-Pure: the words come from a hash of the prompt, the count from the behaviour and `max_tokens`.
+Pure: the words come from a hash of the prompt, the count from the behaviour and `max_tokens`; a
+forced tool's arguments conform to its schema (`schema_values`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 import msgspec
 
 from gateway.mockupstream.behaviour import MockBehaviour
-from gateway.mockupstream.content import completion_words, tool_input
+from gateway.mockupstream.content import completion_words
+from gateway.mockupstream.schema_values import tool_arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ def _named_tool(tools: list[Any], name: str | None, wrapped: bool) -> dict[str, 
 def _forced(spec: dict[str, Any] | None, prefix: str, schema_field: str) -> ForcedTool | None:
     if spec is None or not isinstance(spec.get("name"), str):
         return None
-    arguments = tool_input(spec.get(schema_field))
+    arguments = tool_arguments(spec.get(schema_field))
     call_id = f"{prefix}{uuid.uuid4().hex[:24]}"
     return ForcedTool(call_id, spec["name"], msgspec.json.encode(arguments).decode(), arguments)
 

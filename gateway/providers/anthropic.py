@@ -14,8 +14,9 @@ import msgspec
 
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.providers.anthropic_request import to_messages_request
-from gateway.providers.anthropic_response import anthropic_error_detail, parse_messages_response
+from gateway.providers.anthropic_response import ReplyContext, anthropic_error_detail, parse_messages_response
 from gateway.providers.anthropic_stream import AnthropicStreamTranslator
+from gateway.providers.anthropic_structured import answer_tool
 from gateway.providers.base import Endpoint, UpstreamCall, UpstreamRequest, UpstreamResponse
 from gateway.providers.upstream_errors import classify_status
 from gateway.schemas.openai import ChatCompletionRequest
@@ -45,13 +46,24 @@ class AnthropicAdapter:
         )
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
-        return parse_messages_response(body, int(self.clock()))
+        return parse_messages_response(body, int(self.clock()), reply_context(call))
 
     def stream_translator(self, call: UpstreamCall) -> AnthropicStreamTranslator:
-        return AnthropicStreamTranslator(call, self.clock)
+        return AnthropicStreamTranslator(reply_context(call), call.client_wants_usage, self.clock)
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return classify_status(status, anthropic_error_detail(body), headers)
+
+
+def reply_context(call: UpstreamCall) -> ReplyContext:
+    """The reply names the alias asked for, not Anthropic's model (SPEC section 2)."""
+    alias = call.body.get("model")
+    tool = answer_tool(_chat_of(call)) if call.endpoint is Endpoint.CHAT else None
+    return ReplyContext(
+        model=alias if isinstance(alias, str) else call.upstream_model,
+        tariff=call.tariff,
+        answer_tool=tool.name if tool is not None else None,
+    )
 
 
 def _chat_of(call: UpstreamCall) -> ChatCompletionRequest:

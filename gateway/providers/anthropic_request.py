@@ -2,7 +2,8 @@
 
 System and developer messages become `system` blocks, tool messages become `tool_result` blocks
 in a user turn, and consecutive turns of one role are merged (Anthropic needs them alternating).
-Cache hints land on the matching block (see `anthropic_cache`).
+Cache hints land on the matching block (see `anthropic_cache`); `response_format` becomes a forced
+tool call (see `anthropic_structured`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.providers.anthropic_cache import check_breakpoints, read_cache_control
+from gateway.providers.anthropic_structured import answer_choice, answer_tool
 from gateway.providers.anthropic_wire import (
     Base64Source,
     Block,
@@ -42,6 +44,8 @@ def unsupported(message: str, param: str | None = None) -> InvalidRequest:
 def to_messages_request(chat: ChatCompletionRequest, upstream_model: str, *, stream: bool) -> MessagesRequest:
     """The Anthropic request for `chat`; raises InvalidRequest for what Anthropic cannot express."""
     _check_supported(chat)
+    answer = answer_tool(chat)
+    tools, tool_choice = _tools(chat), _tool_choice(chat)
     system: list[TextBlock] = []
     turns: list[Message] = []
     for i, message in enumerate(chat.messages):
@@ -61,8 +65,8 @@ def to_messages_request(chat: ChatCompletionRequest, upstream_model: str, *, str
         max_tokens=_max_tokens(chat),
         messages=turns,
         system=system or None,
-        tools=_tools(chat),
-        tool_choice=_tool_choice(chat),
+        tools=[*(tools or ()), answer] if answer else tools,
+        tool_choice=answer_choice(chat, answer) if answer else tool_choice,
         temperature=chat.temperature,
         top_p=chat.top_p,
         stop_sequences=[chat.stop] if isinstance(chat.stop, str) else chat.stop or None,
@@ -75,9 +79,8 @@ def to_messages_request(chat: ChatCompletionRequest, upstream_model: str, *, str
 
 def _check_supported(chat: ChatCompletionRequest) -> None:
     if chat.n is not None and chat.n != 1:
-        raise unsupported("n > 1 is not supported by Anthropic models", "n")
-    if chat.response_format and chat.response_format.get("type") != "text":
-        raise unsupported("response_format is not supported by Anthropic models", "response_format")
+        # The Messages API answers with one message; n requests are the client's to send.
+        raise unsupported("n > 1 is not supported by Anthropic models: send n requests instead", "n")
 
 
 def _max_tokens(chat: ChatCompletionRequest) -> int:

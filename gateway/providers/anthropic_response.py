@@ -1,16 +1,20 @@
 """Translate Anthropic Messages API responses, usage and errors into OpenAI terms.
 
 Anthropic's `input_tokens` excludes cache reads and writes; the OpenAI-format `prompt_tokens` is
-the sum of all three, with the cache reads reported as `cached_tokens` (SPEC section 4).
+the sum of all three, with the cache reads reported as `cached_tokens` (SPEC section 4). A reply
+names the alias the client asked for and carries its cost (`usage.cost`, SPEC section 2).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import Decimal
+
 import msgspec
 
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamUnavailable
-from gateway.providers.anthropic_wire import ErrorObject, MessagesResponse, Usage
-from gateway.providers.base import TokenUsage, UpstreamResponse
+from gateway.providers.anthropic_wire import ErrorObject, MessagesResponse, ResponseBlock, Usage
+from gateway.providers.base import Pricing, TokenUsage, UpstreamResponse
 from gateway.providers.chat_output import (
     ChatCompletion,
     Choice,
@@ -34,12 +38,37 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyContext:
+    """What a translated reply takes from its request: the alias to name, the price to charge, and
+    the tool whose input is the answer (`anthropic_structured`), if the client asked for JSON."""
+
+    model: str
+    tariff: Pricing | None = None
+    answer_tool: str | None = None
+
+    def cost(self, usage: TokenUsage | None) -> Decimal | None:
+        """What believed counts cost at the deployment's price; the usage record takes it as it is."""
+        return None if usage is None or self.tariff is None else self.tariff.cost(usage)
+
+
+def usage_object(usage: TokenUsage, cost: Decimal | None) -> CompletionUsage:
+    """The OpenAI usage object, with the exact cost (`usage.cost`) when there is one."""
+    reported = CompletionUsage.of(usage)
+    if cost is not None:
+        reported.cost = format(cost, "f")
+    return reported
+
+
 class _ErrorEnvelope(msgspec.Struct):
     error: ErrorObject | None = None
 
 
-def finish_reason(stop_reason: str | None) -> FinishReason:
-    return _FINISH_REASONS.get(stop_reason or "", "stop")
+def finish_reason(stop_reason: str | None, tool_calls: bool = True) -> FinishReason:
+    """OpenAI's finish reason; a tool-use stop with no tool calls for the client (the answer tool's
+    input became the content) is a plain stop."""
+    reason = _FINISH_REASONS.get(stop_reason or "", "stop")
+    return "stop" if reason == "tool_calls" and not tool_calls else reason
 
 
 def normalise_usage(usage: Usage) -> TokenUsage:
@@ -57,7 +86,7 @@ def normalise_usage(usage: Usage) -> TokenUsage:
     )
 
 
-def parse_messages_response(body: bytes, created: int) -> UpstreamResponse:
+def parse_messages_response(body: bytes, created: int, reply: ReplyContext) -> UpstreamResponse:
     """The OpenAI chat completion (and metered usage) for an Anthropic Messages API body."""
     try:
         response = msgspec.json.decode(body, type=MessagesResponse)
@@ -70,32 +99,44 @@ def parse_messages_response(body: bytes, created: int) -> UpstreamResponse:
         usage = normalise_usage(response.usage) if response.usage else None
     except UntrustedUsage as exc:  # the answer is served without the counts
         untrusted = str(exc)
-    completion = to_chat_completion(response, created, usage)
-    return UpstreamResponse(body=msgspec.json.encode(completion), usage=usage, untrusted_usage=untrusted)
+    cost = reply.cost(usage)
+    completion = to_chat_completion(response, created, reply)
+    if usage is not None:
+        completion.usage = usage_object(usage, cost)
+    return UpstreamResponse(
+        body=msgspec.json.encode(completion), usage=usage, untrusted_usage=untrusted, cost=cost
+    )
 
 
-def to_chat_completion(response: MessagesResponse, created: int, usage: TokenUsage | None) -> ChatCompletion:
-    texts = [block.text for block in response.content if block.type == "text" and block.text is not None]
+def to_chat_completion(response: MessagesResponse, created: int, reply: ReplyContext) -> ChatCompletion:
+    answer = next((b for b in response.content if b.type == "tool_use" and b.name == reply.answer_tool), None)
     tool_calls = [
         ToolCall(
             id=block.id or "",
             function=FunctionCall(name=block.name or "", arguments=msgspec.json.encode(block.input).decode()),
         )
         for block in response.content
-        if block.type == "tool_use"
+        if block.type == "tool_use" and (reply.answer_tool is None or block.name != reply.answer_tool)
     ]
-    message = ResponseMessage(content="".join(texts) if texts else None)
+    message = ResponseMessage(content=_content(response, reply, answer))
     if tool_calls:
         message.tool_calls = tool_calls
-    completion = ChatCompletion(
+    reason = finish_reason(response.stop_reason, bool(tool_calls))
+    return ChatCompletion(
         id=response.id,
         created=created,
-        model=response.model,
-        choices=[Choice(message=message, finish_reason=finish_reason(response.stop_reason))],
+        model=reply.model,
+        choices=[Choice(message=message, finish_reason=reason)],
     )
-    if usage is not None:
-        completion.usage = CompletionUsage.of(usage)
-    return completion
+
+
+def _content(response: MessagesResponse, reply: ReplyContext, answer: ResponseBlock | None) -> str | None:
+    """The message text; with an answer tool, its input as JSON (text written beside it is left out,
+    so that the content parses)."""
+    if reply.answer_tool is not None:
+        return msgspec.json.encode(answer.input).decode() if answer is not None else None
+    texts = [block.text for block in response.content if block.type == "text" and block.text is not None]
+    return "".join(texts) if texts else None
 
 
 def anthropic_error_detail(body: bytes) -> UpstreamErrorDetail:

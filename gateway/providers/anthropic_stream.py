@@ -2,20 +2,28 @@
 
 message_start opens the assistant turn; text and tool-use blocks become content and tool_calls
 deltas; message_delta carries the stop reason and output usage; message_stop ends the stream with
-the finish chunk, the usage chunk (only if the client asked for it) and `[DONE]`.
+the finish chunk, the usage chunk (only if the client asked for it) and `[DONE]`. When the client
+asked for JSON, the answer tool's input_json_delta pieces become content deltas instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from gateway.errors import UpstreamError
-from gateway.providers.anthropic_response import finish_reason, normalise_usage, stream_error
+from gateway.providers.anthropic_response import (
+    ReplyContext,
+    finish_reason,
+    normalise_usage,
+    stream_error,
+    usage_object,
+)
 from gateway.providers.anthropic_wire import ErrorObject, StreamEvent, Usage
-from gateway.providers.base import TokenUsage, UpstreamCall
+from gateway.providers.base import TokenUsage
 from gateway.providers.chat_output import (
     ChatCompletionChunk,
     ChunkChoice,
@@ -31,17 +39,21 @@ from gateway.providers.usage_bounds import UntrustedUsage
 
 
 class AnthropicStreamTranslator:
-    """One stream's state: the message id, which blocks are tool calls, the usage seen so far."""
+    """One stream's state: the message id, which blocks are tool calls or the answer, the usage seen
+    so far."""
 
-    def __init__(self, call: UpstreamCall, clock: Callable[[], float]) -> None:
+    def __init__(self, reply: ReplyContext, wants_usage: bool, clock: Callable[[], float]) -> None:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
-        self._wants_usage = call.client_wants_usage
+        self.cost: Decimal | None = None  # what `usage` costs: the usage chunk's and the record's
+        self._reply = reply
+        self._wants_usage = wants_usage
         self._id = ""
-        self._model = call.upstream_model
         self._created = int(clock())
         self._start_usage = Usage()
         self._tool_calls: dict[int, int] = {}  # content block index -> OpenAI tool_calls index
+        self._answer: int | None = None  # the content block index of the answer tool's call
+        self._answered = False  # some of the answer's JSON was sent
         self._stop_reason: str | None = None
         self._finished = False
 
@@ -56,13 +68,15 @@ class AnthropicStreamTranslator:
             return self._block_start(event)
         if event.type == "content_block_delta":
             return self._block_delta(event)
+        if event.type == "content_block_stop":
+            return self._block_stop(event)
         if event.type == "message_delta":
             return self._message_delta(event)
         if event.type == "message_stop":
             return self._final_frames()
         if event.type == "error":
             raise stream_error(event.error or ErrorObject())
-        return []  # ping, content_block_stop, and event types added after this was written
+        return []  # ping, and event types added after this was written
 
     def finish(self) -> list[bytes]:
         if self._finished:
@@ -74,7 +88,6 @@ class AnthropicStreamTranslator:
     def _message_start(self, event: StreamEvent) -> list[bytes]:
         if event.message is not None:
             self._id = event.message.id
-            self._model = event.message.model or self._model
             self._start_usage = event.message.usage or Usage()
             self._note_usage(self._start_usage)
         return [self._chunk(ChunkDelta(role="assistant", content=""))]
@@ -83,9 +96,14 @@ class AnthropicStreamTranslator:
         block = event.content_block
         if block is None or event.index is None:
             return []
-        if block.type == "text" and block.text:
+        answering = self._reply.answer_tool is not None
+        if block.type == "text" and block.text and not answering:
             return [self._chunk(ChunkDelta(content=block.text))]
         if block.type != "tool_use":
+            return []
+        if answering and block.name == self._reply.answer_tool:
+            if self._answer is None:  # a second answer would make the content two JSON values
+                self._answer = event.index
             return []
         position = self._tool_calls[event.index] = len(self._tool_calls)
         call = ToolCallDelta(
@@ -100,13 +118,25 @@ class AnthropicStreamTranslator:
         delta = event.delta
         if delta is None:
             return []
-        if delta.type == "text_delta" and delta.text:
+        if delta.type == "text_delta" and delta.text and self._reply.answer_tool is None:
             return [self._chunk(ChunkDelta(content=delta.text))]
+        if delta.type == "input_json_delta" and delta.partial_json and self._is_answer(event):
+            self._answered = True
+            return [self._chunk(ChunkDelta(content=delta.partial_json))]
         position = self._tool_calls.get(event.index) if event.index is not None else None
         if delta.type == "input_json_delta" and delta.partial_json and position is not None:
             call = ToolCallDelta(index=position, function=FunctionDelta(arguments=delta.partial_json))
             return [self._chunk(ChunkDelta(tool_calls=[call]))]
         return []  # thinking and signature deltas have no OpenAI chat equivalent
+
+    def _block_stop(self, event: StreamEvent) -> list[bytes]:
+        if not self._is_answer(event) or self._answered:
+            return []
+        self._answered = True  # an empty input streams no JSON at all; the content must still parse
+        return [self._chunk(ChunkDelta(content="{}"))]
+
+    def _is_answer(self, event: StreamEvent) -> bool:
+        return self._answer is not None and event.index == self._answer
 
     def _message_delta(self, event: StreamEvent) -> list[bytes]:
         if event.delta is not None and event.delta.stop_reason is not None:
@@ -120,14 +150,15 @@ class AnthropicStreamTranslator:
             self.usage, self.untrusted_usage = normalise_usage(usage), None
         except UntrustedUsage as exc:
             self.usage, self.untrusted_usage = None, str(exc)
+        self.cost = self._reply.cost(self.usage)
 
     def _final_frames(self) -> list[bytes]:
         if self._finished:
             return []
         self._finished = True
-        frames = [self._chunk(ChunkDelta(), finish_reason(self._stop_reason))]
+        frames = [self._chunk(ChunkDelta(), finish_reason(self._stop_reason, bool(self._tool_calls)))]
         if self._wants_usage:
-            frames.append(self._frame([], CompletionUsage.of(self.usage or TokenUsage())))
+            frames.append(self._frame([], usage_object(self.usage or TokenUsage(), self.cost)))
         frames.append(DONE_FRAME)
         return frames
 
@@ -136,7 +167,7 @@ class AnthropicStreamTranslator:
 
     def _frame(self, choices: list[ChunkChoice], usage: CompletionUsage | UnsetType = UNSET) -> bytes:
         chunk = ChatCompletionChunk(
-            id=self._id, created=self._created, model=self._model, choices=choices, usage=usage
+            id=self._id, created=self._created, model=self._reply.model, choices=choices, usage=usage
         )
         return sse_frame(msgspec.json.encode(chunk))
 

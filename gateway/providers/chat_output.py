@@ -26,6 +26,7 @@ class CompletionUsage(msgspec.Struct, kw_only=True):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    cost: str | UnsetType = UNSET  # USD, an exact decimal string (SPEC section 2)
 
     @classmethod
     def of(cls, usage: TokenUsage) -> CompletionUsage:

@@ -89,7 +89,7 @@ def token_usage(fields: dict[str, int]) -> TokenUsage:
 @pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_responses"))
 def test_response_translation(name: str, case: dict[str, Any]) -> None:
     response = ADAPTER.parse_response(
-        call({"model": "a", "messages": []}), json.dumps(case["anthropic"]).encode()
+        call({"model": "claude", "messages": []}), json.dumps(case["anthropic"]).encode()
     )
     body = json.loads(response.body)
     assert body == case["openai"], name
@@ -111,7 +111,7 @@ def test_error_body_with_200() -> None:
 
 
 def run_stream(case: dict[str, Any]) -> tuple[list[bytes], TokenUsage | None]:
-    body = {"model": "a", "messages": [], "stream": True}
+    body = {"model": "claude", "messages": [], "stream": True}
     translator = ADAPTER.stream_translator(call(body, client_wants_usage=case["client_wants_usage"]))
     frames: list[bytes] = []
     for event in case["events"]:
