@@ -69,6 +69,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Who runs a Batch API job's lines: "gateway" (one by one, through the scheduler) or
     # "provider" (the whole job goes to the provider's own batch API; openai, azure, anthropic)
     batch_execution: str = "gateway"
+    # How /v1/responses is served: "native" (forwarded to the upstream's own Responses API),
+    # "chat" (translated to its chat completions API); "auto" = native for Azure and
+    # api.openai.com, chat for every other provider (gateway.providers.responses_adapter)
+    responses_api: str = "auto"
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -234,6 +238,7 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.measure_ttft: supported for OpenAI-compatible kinds only")
         _check_capacity(provider.capacity, where)
         _check_batch_execution(provider, where)
+        _check_responses_api(provider, where)
     aliases: set[str] = set()
     for i, model in enumerate(catalog.models):
         where = f"{path}: models[{i}]"
@@ -274,6 +279,21 @@ def _check_batch_execution(provider: Provider, where: str) -> None:
         raise ConfigError(
             f"{where}.batch_execution: provider needs a provider of kind openai, azure or anthropic, "
             f"not {provider.kind.value}"
+        )
+
+
+RESPONSES_APIS = ("auto", "native", "chat")
+# The provider kinds that may serve the Responses API themselves
+NATIVE_RESPONSES_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE)
+
+
+def _check_responses_api(provider: Provider, where: str) -> None:
+    if provider.responses_api not in RESPONSES_APIS:
+        raise ConfigError(f"{where}.responses_api: must be auto, native or chat")
+    if provider.responses_api == "native" and provider.kind not in NATIVE_RESPONSES_KINDS:
+        raise ConfigError(
+            f"{where}.responses_api: native needs a provider of kind openai or azure, not "
+            f"{provider.kind.value} (its requests to /v1/responses are translated to chat: use auto or chat)"
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.mockupstream import anthropic_format, openai_format
+from gateway.mockupstream import anthropic_format, count_tokens, openai_format, responses_format
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.cache import PromptCache, PromptUsage
 from gateway.mockupstream.generation import anthropic_forced_tool, generate, openai_forced_tool, output_tokens
@@ -98,4 +98,8 @@ def answer(cache: PromptCache, route: Route, body: Body, behaviour: MockBehaviou
         return completions(cache, route, body, behaviour)
     if route.operation is Operation.EMBEDDINGS:
         return embeddings(route, body, behaviour)
+    if route.operation is Operation.RESPONSES:
+        return responses_format.responses(cache, body, behaviour)
+    if route.operation is Operation.COUNT_TOKENS:
+        return count_tokens.count_tokens(body, behaviour)
     return messages(cache, route, body, behaviour)

@@ -25,6 +25,8 @@ class Operation(StrEnum):
     MODELS = "models"
     MODEL = "model"
     MESSAGES = "messages"
+    RESPONSES = "responses"
+    COUNT_TOKENS = "count_tokens"  # Anthropic's /v1/messages/count_tokens
     # the providers' batch APIs (gateway.mockupstream.batch_api)
     FILE_UPLOAD = "file_upload"
     FILE_CONTENT = "file_content"
@@ -52,6 +54,8 @@ _POST_SUFFIXES = (
     ("/completions", Api.OPENAI, Operation.COMPLETIONS),
     ("/embeddings", Api.OPENAI, Operation.EMBEDDINGS),
     ("/messages", Api.ANTHROPIC, Operation.MESSAGES),
+    ("/messages/count_tokens", Api.ANTHROPIC, Operation.COUNT_TOKENS),
+    ("/responses", Api.OPENAI, Operation.RESPONSES),  # Azure's too: /openai/v1/responses
 )
 _MODEL = re.compile(r"/models/([^/]+)$")
 # The batch API paths, Anthropic's first: `/messages/batches` also ends like OpenAI's `/batches`.
@@ -126,6 +130,8 @@ def request_problem(route: Route, body: Any) -> str | None:
         Operation.COMPLETIONS: ("prompt", str | list),
         Operation.EMBEDDINGS: ("input", str | list),
         Operation.MESSAGES: ("messages", list),
+        Operation.COUNT_TOKENS: ("messages", list),
+        Operation.RESPONSES: ("input", str | list),
     }[route.operation]
     if not isinstance(body.get(required[0]), required[1]):
         return f"'{required[0]}' is a required property"

@@ -10,12 +10,16 @@ import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Endpoint
+from gateway.schemas.messages import MessagesRequest
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from gateway.schemas.responses import ResponsesRequest
 
 _TYPED: dict[Endpoint, type[msgspec.Struct]] = {
     Endpoint.CHAT: ChatCompletionRequest,
     Endpoint.COMPLETIONS: CompletionRequest,
     Endpoint.EMBEDDINGS: EmbeddingRequest,
+    Endpoint.RESPONSES: ResponsesRequest,
+    Endpoint.MESSAGES: MessagesRequest,
 }
 _DECODER = msgspec.json.Decoder(dict[str, Any])
 _AT_PATH = re.compile(r" - at `\$\.?(.*)`$")
@@ -66,6 +70,8 @@ def _output_limits(typed: msgspec.Struct) -> tuple[int | None, int]:
     """(max output tokens a choice, choices): a field sent as null is unset, like one left out."""
     if isinstance(typed, EmbeddingRequest):
         return 0, 1
+    if isinstance(typed, ResponsesRequest):
+        return _bounded(typed.max_output_tokens, "max_output_tokens", 0, MAX_OUTPUT_TOKENS), 1
     max_tokens = _bounded(getattr(typed, "max_tokens", None), "max_tokens", 0, MAX_OUTPUT_TOKENS)
     max_completion = getattr(typed, "max_completion_tokens", None)
     max_completion = _bounded(max_completion, "max_completion_tokens", 0, MAX_OUTPUT_TOKENS)
@@ -85,6 +91,8 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
     except RecursionError:  # msgspec's guard against a stack overflow: `[[[[...` a few KB deep
         raise InvalidRequest("The request body is nested too deeply") from None
     gateway_object = body.pop("gateway", None)
+    if endpoint is Endpoint.MESSAGES and body.get("max_tokens") is None:  # Anthropic requires it
+        raise InvalidRequest("max_tokens is required", param="max_tokens")
     try:
         typed = msgspec.convert(body, _TYPED[endpoint])
     except msgspec.ValidationError as exc:
@@ -100,6 +108,8 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
             raise InvalidRequest("messages must not be empty", param="messages")
         if len(chat.messages) > max_messages:
             raise InvalidRequest(f"At most {max_messages} messages are accepted", param="messages")
+    if isinstance(typed, MessagesRequest) and len(typed.messages) > max_messages:
+        raise InvalidRequest(f"At most {max_messages} messages are accepted", param="messages")
     if chat is not None and chat.prompt_cache_retention is not None:
         body["prompt_cache_retention"] = _retention(chat.prompt_cache_retention)
     stream = bool(getattr(typed, "stream", None))
@@ -118,7 +128,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         client_wants_usage=bool(stream_options is not None and stream_options.include_usage),
         gateway_object=gateway_object,
         chat=chat,
-        prompt_cache_key=chat.prompt_cache_key if chat is not None else None,
+        prompt_cache_key=getattr(typed, "prompt_cache_key", None),
         max_output_tokens=max_output_tokens,
         choices=choices,
     )

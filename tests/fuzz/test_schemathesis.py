@@ -43,6 +43,8 @@ SERVED_MODEL = {
     "/v1/chat/completions": "gpt-4o-mini",
     "/v1/completions": "gpt-4o-mini",
     "/v1/embeddings": "text-embedding-3-small",
+    "/v1/responses": "gpt-4o-mini",
+    "/v1/messages": "gpt-4o-mini",
 }
 
 
