@@ -1,0 +1,106 @@
+"""Anthropic's Messages API surface: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
+
+`/v1/messages` is served by the proxy pipeline like chat completions (the ASGI front takes it on
+the hot path; this handler documents it and serves in-process clients). count_tokens generates
+nothing and is not metered: an Anthropic-kind deployment of the model counts the prompt with its own
+tokenizer; for a model no such deployment serves, the gateway answers its estimate, marked as one
+(docs/messages.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.response import Stream
+
+from gateway.api.openai import _proxy
+from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.providers.base import Endpoint
+from gateway.providers.messages_count import (
+    count_request,
+    counted_tokens,
+    estimate_tokens,
+    read_count_request,
+)
+from gateway.providers.messages_native import NativeMessagesAdapter
+from gateway.proxy.exchange import new_request_id
+from gateway.routing.deployment import Deployment
+from gateway.routing.directives import parse_directives
+from gateway.routing.policy import eligible_deployments
+from gateway.schemas.messages import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
+from gateway.services import services_of
+from gateway.settings import ProviderKind
+
+JSON = "application/json"
+API_KEY_HEADER: dict[str, Any] = {
+    "name": "x-api-key",
+    "in": "header",
+    "required": False,
+    "description": "The gateway key, as the anthropic SDK sends it (instead of Authorization: Bearer).",
+    "schema": {"type": "string"},
+}
+HEADERS = [API_KEY_HEADER, *DIRECTIVE_HEADERS]
+
+
+@post(
+    "/v1/messages",
+    status_code=200,
+    operation_class=documented(
+        body=openai_body(MessagesRequest), response=json_schema(MessageOut), streams=True, headers=HEADERS
+    ),
+)
+async def create_message(request: Request) -> Response[bytes] | Stream:
+    return await _proxy(request, Endpoint.MESSAGES)
+
+
+def credential(headers: Mapping[str, str]) -> str | None:
+    """The Authorization header, else the anthropic SDK's `x-api-key` as a bearer credential."""
+    authorization = headers.get("authorization")
+    api_key = headers.get("x-api-key")
+    return f"Bearer {api_key}" if authorization is None and api_key is not None else authorization
+
+
+def counting_deployment(eligible: Sequence[Deployment], open_circuits: Any) -> Deployment | None:
+    """The first Anthropic-kind deployment (in preference order) whose circuit is not open."""
+    return next(
+        (d for d in eligible if d.provider.kind is ProviderKind.ANTHROPIC and d.id not in open_circuits),
+        None,
+    )
+
+
+@post(
+    "/v1/messages/count_tokens",
+    status_code=200,
+    operation_class=documented(
+        body=openai_body(CountTokensRequest), response=json_schema(TokenCount), headers=HEADERS
+    ),
+)
+async def count_message_tokens(request: Request) -> Response[bytes]:
+    services = services_of(request)
+    request.state.request_id = request_id = new_request_id()
+    principal = await services.key_cache.authenticate(credential(request.headers))
+    request.state.principal = principal
+    body, typed, gateway_object = read_count_request(await request.body())
+    directives = parse_directives(request.headers, gateway_object)
+    eligible = eligible_deployments(typed.model, directives, principal, services.table)
+    counter = counting_deployment(eligible, services.health.open_circuits())
+    headers = {"x-request-id": request_id}
+    if counter is None:
+        count = TokenCount(input_tokens=estimate_tokens(typed), estimated=True)
+        headers["x-gateway-token-count"] = "estimated"
+    else:
+        call = count_request(body, counter.provider, counter.upstream_model, counter.provider.urls[0])
+        answer = await services.executor.exchange(counter.provider, call, NativeMessagesAdapter())
+        count = TokenCount(input_tokens=counted_tokens(answer))
+        headers |= {
+            "x-gateway-token-count": "upstream",
+            "x-gateway-provider": counter.provider.name,
+            "x-gateway-region": counter.region,
+        }
+    return Response(msgspec.json.encode(count), media_type=JSON, headers=headers)
+
+
+MESSAGES_HANDLERS = [create_message, count_message_tokens]

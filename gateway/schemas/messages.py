@@ -1,0 +1,236 @@
+"""Anthropic's Messages API as the gateway's clients speak it (`POST /v1/messages`), as msgspec Structs.
+
+The request side is read as far as the gateway needs it: to validate, to route and meter, and to
+translate for providers that only speak OpenAI's chat API. Unknown fields are tolerated (and
+forwarded untouched to Anthropic-kind providers). A content block is one flat Struct rather than a
+tagged union, so that block types the gateway does not model (documents, server tool results...)
+still parse and reach Anthropic; the translation refuses them by name where it cannot express them.
+
+The reply side (a Message, the stream events) is what the gateway writes when it translates.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+# --- requests ---------------------------------------------------------------------------------
+
+CacheControl = dict[str, Any]  # {"type": "ephemeral", "ttl": "5m" | "1h"}, checked where it is read
+
+
+class BlockSource(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An image's (or document's) source: base64 data, a URL, a file id or inline text."""
+
+    type: str
+    media_type: str | None = None
+    data: Any = None
+    url: str | None = None
+    file_id: str | None = None
+
+
+class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Any content block; which fields are set depends on `type`.
+
+    text: `text` | image / document: `source` | tool_use: `id`, `name`, `input` |
+    tool_result: `tool_use_id`, `content`, `is_error` | thinking: `thinking`, `signature` |
+    redacted_thinking: `data`.
+    """
+
+    type: str
+    text: str | None = None
+    source: BlockSource | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+    tool_use_id: str | None = None
+    content: str | list[ContentBlock] | None = None
+    is_error: bool | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    cache_control: CacheControl | None = None
+
+
+class InputMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class ToolDefinition(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A client tool (`type` absent or "custom", with `input_schema`) or a server tool (a versioned
+    `type` such as "web_search_20250305", run by Anthropic)."""
+
+    name: str
+    type: str | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    cache_control: CacheControl | None = None
+
+
+class ToolChoice(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class RequestMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
+    user_id: str | None = None
+
+
+class ThinkingConfig(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: str  # "enabled", "disabled", "adaptive"
+    budget_tokens: int | None = None
+
+
+class OutputFormat(msgspec.Struct, frozen=True, omit_defaults=True):
+    type: str  # "json_schema"
+    schema: dict[str, Any] | None = None
+
+
+class OutputConfig(msgspec.Struct, frozen=True, omit_defaults=True):
+    effort: str | None = None
+    format: OutputFormat | None = None
+
+
+NonEmptyMessages = Annotated[list[InputMessage], Meta(min_length=1)]
+
+
+class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`POST /v1/messages`: `model` is one of the gateway's aliases; `max_tokens` is required."""
+
+    model: str
+    max_tokens: int
+    messages: NonEmptyMessages
+    system: str | list[ContentBlock] | None = None
+    stream: bool | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    metadata: RequestMetadata | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    service_tier: str | None = None
+    cache_control: CacheControl | None = None  # automatic caching: a breakpoint on the last block
+
+
+class CountTokensRequest(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`POST /v1/messages/count_tokens`: the prompt of a Messages request, without its sampling."""
+
+    model: str
+    messages: NonEmptyMessages
+    system: str | list[ContentBlock] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    cache_control: CacheControl | None = None
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]
+
+
+class MessageUsage(msgspec.Struct, kw_only=True):
+    """Anthropic's counts: `input_tokens` excludes the cache reads and writes; `cost` is the
+    gateway's exact price of the request (USD, a decimal string), absent without one."""
+
+    input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    output_tokens: int = 0
+    cost: str | UnsetType = UNSET
+
+
+class TextOut(msgspec.Struct, kw_only=True, tag="text", tag_field="type"):
+    text: str
+
+
+class ToolUseOut(msgspec.Struct, kw_only=True, tag="tool_use", tag_field="type"):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+OutputBlock = TextOut | ToolUseOut
+
+
+class MessageOut(msgspec.Struct, kw_only=True, omit_defaults=False):
+    id: str
+    type: str = "message"
+    role: str = "assistant"
+    model: str
+    content: list[OutputBlock]
+    stop_reason: StopReason | None = None
+    stop_sequence: str | None = None
+    usage: MessageUsage
+
+
+class TokenCount(msgspec.Struct, kw_only=True):
+    """count_tokens' answer; `estimated` is set (true) only when the gateway guessed the count."""
+
+    input_tokens: int
+    estimated: bool | UnsetType = UNSET
+
+
+# --- stream events (what a translated stream sends) ---------------------------------------------
+
+
+class MessageStart(msgspec.Struct, kw_only=True, tag="message_start", tag_field="type"):
+    message: MessageOut
+
+
+class ContentBlockStart(msgspec.Struct, kw_only=True, tag="content_block_start", tag_field="type"):
+    index: int
+    content_block: OutputBlock
+
+
+class TextDelta(msgspec.Struct, kw_only=True, tag="text_delta", tag_field="type"):
+    text: str
+
+
+class InputJsonDelta(msgspec.Struct, kw_only=True, tag="input_json_delta", tag_field="type"):
+    partial_json: str
+
+
+class ContentBlockDelta(msgspec.Struct, kw_only=True, tag="content_block_delta", tag_field="type"):
+    index: int
+    delta: TextDelta | InputJsonDelta
+
+
+class ContentBlockStop(msgspec.Struct, kw_only=True, tag="content_block_stop", tag_field="type"):
+    index: int
+
+
+class MessageDeltaBody(msgspec.Struct, kw_only=True, omit_defaults=False):
+    stop_reason: StopReason
+    stop_sequence: str | None = None
+
+
+class MessageDelta(msgspec.Struct, kw_only=True, tag="message_delta", tag_field="type"):
+    delta: MessageDeltaBody
+    usage: MessageUsage  # cumulative: the whole message's counts
+
+
+class MessageStop(msgspec.Struct, kw_only=True, tag="message_stop", tag_field="type"):
+    pass
+
+
+class Ping(msgspec.Struct, kw_only=True, tag="ping", tag_field="type"):
+    pass
+
+
+StreamEvent = (
+    MessageStart
+    | ContentBlockStart
+    | ContentBlockDelta
+    | ContentBlockStop
+    | MessageDelta
+    | MessageStop
+    | Ping
+)
