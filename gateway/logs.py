@@ -3,6 +3,10 @@
 JSON lines go out through `LineWriter`: the lines logged in one event-loop iteration are written
 with one `write` at its end, instead of a write and a flush each (one request is one line, and
 under load many requests finish in the same iteration).
+
+The standard library's records (uvicorn's own lines, a library's warnings) go through the same
+renderer and writer when `gateway serve` runs (`server_log_config`, uvicorn's `log_config`), with
+the logger's name as `logger`: no line in uvicorn's own formats.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ class IsoStamper:
 
 def _json_line(_logger: object, _method: str, event: dict[str, object]) -> bytes:
     return _encode(event) + b"\n"
+
+
+def _json_text(_logger: object, _method: str, event: MutableMapping[str, Any]) -> str:
+    return _encode(event).decode()
 
 
 class LineWriter:
@@ -158,3 +166,60 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
     for noisy in ("httpx", "httpcore"):  # one line per upstream request would repeat our own log
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class StdlibLines(logging.Handler):
+    """Standard-library records as JSON lines, through the `LineWriter` the gateway's own lines use.
+
+    Each is written at once, with the lines logged before it: they are few, and uvicorn logs its
+    last ones as a worker ends, after its loop's last iteration (a worker process exits without
+    running `atexit`)."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        super().__init__()
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.writer.msg(self.format(record).encode() + b"\n")
+            self.writer.flush()
+        except Exception:  # as logging's own handlers: a line that cannot be written must not raise
+            self.handleError(record)
+
+
+def stdlib_handler(log_format: str) -> logging.Handler:
+    """A handler rendering standard-library records with the gateway's processors, to stdout."""
+    handler: logging.Handler
+    renderer: structlog.types.Processor
+    if log_format == "console":
+        handler, renderer = logging.StreamHandler(sys.stdout), structlog.dev.ConsoleRenderer()
+    else:
+        handler, renderer = StdlibLines(_writer_for(sys.stdout.buffer)), _json_text
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                IsoStamper(),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    return handler
+
+
+def server_log_config(log_format: str) -> dict[str, Any]:
+    """uvicorn's `log_config` (a `logging.config.dictConfig`), applied in the supervisor and in each
+    worker before the app is loaded: uvicorn's loggers at INFO (its start-up, shutdown and error
+    lines; its access log when enabled), every other at WARNING, all through `stdlib_handler`."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "handlers": {"gateway": {"()": "gateway.logs.stdlib_handler", "log_format": log_format}},
+        "loggers": {"uvicorn": {"level": "INFO"}, "uvicorn.access": {"level": "INFO"}},
+        "root": {"handlers": ["gateway"], "level": "WARNING"},
+    }

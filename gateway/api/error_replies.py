@@ -1,7 +1,10 @@
 """Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
 
 `gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
-Each logs the refusal once (never the key, never the prompt, never a failed statement's values).
+Each logs the refusal once (never the key, never the prompt, never a failed statement's values);
+`refused` tells the fronts to count it (`gateway_requests_refused_total`): an error the gateway
+gave itself before any upstream was tried, where a metered upstream failure is counted with the
+requests that reached an upstream.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class ErrorReply(NamedTuple):
     status: int
     headers: dict[str, str]
     body: bytes
+    code: str | None = None  # the error object's code
+    refused: bool = False  # answered before any upstream was tried
 
 
 def request_id_header(request_id: str | None) -> dict[str, str]:
@@ -54,14 +59,14 @@ def gateway_error_reply(
             status=exc.status,
             code=exc.code,
         )
-    return ErrorReply(exc.status, headers, exc.to_json())
+    return ErrorReply(exc.status, headers, exc.to_json(), exc.code, refused=not exc.logged)
 
 
 def http_error_reply(status: int, detail: str | None, request_id: str | None) -> ErrorReply:
     kind, code = HTTP_TYPES.get(status, ("api_error", "error"))
     message = TOO_LARGE if status == 413 else detail or "Request failed"
     body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=code)))
-    return ErrorReply(status, request_id_header(request_id), body)
+    return ErrorReply(status, request_id_header(request_id), body, code, refused=True)
 
 
 def unrouted_reply(status: int, method: str, path: str, request_id: str | None) -> ErrorReply | None:
@@ -77,7 +82,8 @@ def unrouted_reply(status: int, method: str, path: str, request_id: str | None) 
         detail = ErrorDetail(message=message, type="invalid_request_error", code="method_not_allowed")
     else:
         return None
-    return ErrorReply(status, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)))
+    body = msgspec.json.encode(ErrorBody(detail))
+    return ErrorReply(status, request_id_header(request_id), body, detail.code, refused=True)
 
 
 def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> ErrorReply:
@@ -90,4 +96,4 @@ def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> E
     detail = ErrorDetail(
         message="The gateway failed to handle this request", type="api_error", code="internal_error"
     )
-    return ErrorReply(500, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)))
+    return ErrorReply(500, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)), detail.code)

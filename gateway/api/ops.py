@@ -1,5 +1,5 @@
-"""Operations endpoints: liveness, readiness of each store (and how far metering trails), Prometheus
-metrics."""
+"""Operations endpoints: liveness, readiness (the stores, the degraded modes, how far metering trails),
+Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ async def _dead_letters(services: Services) -> int | None:
 
 @get("/readyz")
 async def readyz(request: Request) -> Response[bytes]:
+    """200 while the gateway can serve, in a degraded mode or not (`degraded` names each); 503 only
+    when it can serve no request at all."""
     services = services_of(request)
     database, redis, backlog, oldest, dead_letters = await asyncio.gather(
         _database_ok(services),
@@ -84,7 +86,28 @@ async def readyz(request: Request) -> Response[bytes]:
         _oldest_unwritten_s(services),
         _dead_letters(services),
     )
-    degraded = [
+    unable = unable_to_serve(services, database)
+    report: dict[str, object] = {
+        "status": "ready" if unable is None else "unavailable",
+        "database": database,
+        "redis": redis,
+        "degraded": degraded_modes(services, database, redis),
+        "metering_backlog": backlog,
+        "metering_oldest_unwritten_s": oldest,  # null: nothing waits (or the buffer is unreachable)
+        "metering_dead_letters": dead_letters,
+        "metering_last_error": services.writer.last_error,
+    }
+    if unable is not None:
+        report["reason"] = unable
+    return Response(msgspec.json.encode(report), media_type=JSON, status_code=200 if unable is None else 503)
+
+
+def degraded_modes(services: Services, database: str, redis: str) -> list[str]:
+    """The stores unreachable, then the features serving without them (docs/operations.md)."""
+    modes = [
+        name for name, state in (("database", database), ("redis", redis)) if state.startswith("unreachable")
+    ]
+    modes += [
         name
         for name, flag in (
             ("batch_pins", services.proxy.pins_degraded),
@@ -94,18 +117,15 @@ async def readyz(request: Request) -> Response[bytes]:
         )
         if flag
     ]
-    report = {
-        "database": database,
-        "redis": redis,
-        "degraded": degraded,
-        "metering_backlog": backlog,
-        "metering_oldest_unwritten_s": oldest,  # null: nothing waits (or the buffer is unreachable)
-        "metering_dead_letters": dead_letters,
-        "metering_last_error": services.writer.last_error,
-    }
-    ready = database == "ok" and redis in ("ok", "not configured (in-process state)")
-    report["status"] = "ready" if ready else "degraded"
-    return Response(msgspec.json.encode(report), media_type=JSON, status_code=200 if ready else 503)
+    return modes
+
+
+def unable_to_serve(services: Services, database: str) -> str | None:
+    """Why no request can be served now, or None. Without the database the key cache still
+    authenticates the keys it holds (gateway.auth.key_cache): only with none is every request refused."""
+    if database != "ok" and services.key_cache.known_keys == 0:
+        return "the database is unreachable and no API key is cached: no request can be authenticated"
+    return None
 
 
 @get("/metrics")

@@ -87,9 +87,10 @@ class ProxyFront:
             result = await self.services().pipeline.run(exchange, headers, body.read, endpoint)
         except GatewayError as exc:
             reply = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
-            return await _reply(send, reply, body)
+            return await self._refuse(send, reply, body, scope["path"])
         except BodyTooLarge:
-            return await _reply(send, http_error_reply(413, None, exchange.request_id), body)
+            reply = http_error_reply(413, None, exchange.request_id)
+            return await self._refuse(send, reply, body, scope["path"])
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
@@ -99,6 +100,12 @@ class ProxyFront:
         else:
             await _send(send, 200, result.headers, result.body)
         return None
+
+    async def _refuse(self, send: Send, reply: ErrorReply, body: RequestBody | None, path: str) -> None:
+        """An error answer, counted when the gateway gave it before any upstream was tried."""
+        if reply.refused:
+            self.services().metrics.count_refused(path, reply.status, reply.code)
+        await _reply(send, reply, body)
 
 
 def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list[tuple[bytes, bytes]]:

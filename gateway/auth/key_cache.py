@@ -85,10 +85,19 @@ class KeyCache:
             raise AuthenticationFailed("Invalid API key.")  # not one of ours: no query needed
         return self._admit(await self.lookup(hash_secret(secret)))
 
+    async def verify(self, key_hash: str) -> Principal:
+        """`authenticate` for a caller that holds the key's hash, not the key (a console session)."""
+        return self._admit(await self.lookup(key_hash))
+
     @property
     def unknown_hashes(self) -> int:
         """How many hashes are remembered as belonging to no key."""
         return len(self._unknown)
+
+    @property
+    def known_keys(self) -> int:
+        """How many keys are cached: those still authenticated while the database is unreachable."""
+        return len(self._entries)
 
     async def lookup(self, key_hash: str) -> KeyState | None:
         now = self._clock()

@@ -9,6 +9,11 @@ connections over the workers' sockets by a hash of their addresses, as nginx's `
 worker that dies takes the connections waiting in its own queue with it; uvicorn starts another,
 and the others' sockets take the new connections meanwhile.
 
+With several workers, each keeps its metrics in files of its own in one directory, fresh for each
+`gateway serve` and owned by this process (`process_group_metrics`), so that a scrape answered by
+any worker reports them all (gateway.metrics). uvicorn's own log lines, in the supervisor and in
+each worker, go through the gateway's renderer (`gateway.logs.server_log_config`).
+
 uvicorn's httptools protocol bounds neither the size of a request's head nor the time it takes to
 arrive, and closes an idle connection only after a response (`timeout_keep_alive`): production puts
 a reverse proxy in front for those (docs/operations.md).
@@ -18,13 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from gateway.logs import configure_logging, server_log_config
 from gateway.settings import Settings
 
 APP = "gateway.server.asgi:app_factory"
@@ -33,8 +44,8 @@ OPTIONS: dict[str, Any] = {
     "http": "httptools",
     "ws": "none",  # no WebSocket endpoint: an upgrade request is answered as plain HTTP
     "loop": "gateway.server.event_loop:new_event_loop",  # uvloop, accepting new connections in batches
-    "access_log": False,
-    "log_level": "warning",
+    "access_log": False,  # the gateway logs its own line per request
+    "log_level": "info",  # start-up, shutdown and the workers' comings and goings
     "timeout_graceful_shutdown": 30,
     "server_header": False,
     "proxy_headers": False,  # the gateway never reads the client address
@@ -46,20 +57,46 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     return OPTIONS | {
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "limit_concurrency": settings.limit_concurrency,
+        "log_config": server_log_config(settings.log_format),
     }
 
 
 def run(settings: Settings, host: str, port: int, workers: int) -> None:
+    configure_logging(settings.log_format)  # the supervisor's own lines (its metering writer's restarts)
     options = uvicorn_options(settings)
-    if workers <= 1:
+    with process_group_metrics(settings, workers):
+        if workers <= 1:
+            announce(host, port, workers)
+            uvicorn.run(APP, host=host, port=port, **options)
+            return
+        config = uvicorn.Config(APP, host=host, port=port, workers=workers, **options)
+        shared = reuse_port_socket(host, port)
         announce(host, port, workers)
-        uvicorn.run(APP, host=host, port=port, **options)
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the supervisor has stopped its workers
+            Multiprocess(config, sockets=[shared]).run()
+
+
+@contextlib.contextmanager
+def process_group_metrics(settings: Settings, workers: int) -> Iterator[Path | None]:
+    """The directory the workers keep their metrics in, fresh for this `gateway serve`: the one
+    PROMETHEUS_MULTIPROC_DIR names, emptied of metric files, or else (several workers) a temporary
+    one, removed at the end. A worker started later (uvicorn restarts a dead one) finds it in its
+    environment, as prometheus_client does. One worker and no directory: its metrics stay in its
+    own memory, and None is yielded."""
+    given = settings.metrics_dir
+    if given is None and workers <= 1:
+        yield None
         return
-    config = uvicorn.Config(APP, host=host, port=port, workers=workers, **options)
-    shared = reuse_port_socket(host, port)
-    announce(host, port, workers)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the supervisor has stopped its workers
-        Multiprocess(config, sockets=[shared]).run()
+    directory = Path(given) if given is not None else Path(tempfile.mkdtemp(prefix="gateway-metrics-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):  # a previous run's counts must not add to this one's
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)  # what the workers' settings will say
+    try:
+        yield directory
+    finally:
+        if given is None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def listening_url(host: str, port: int) -> str:

@@ -381,9 +381,10 @@ def test_without_redis_a_batch_still_stays_together(
 def test_without_redis_readyz_reports_the_degradation(redis_down_stack: BatchStack) -> None:
     for gateway in redis_down_stack.gateways:
         ready = httpx.get(gateway.base_url + "/readyz", timeout=30)
-        assert ready.status_code == 503
+        assert ready.status_code == 200  # it serves, degraded (docs/operations.md, "Readiness")
         report = ready.json()
         assert report["redis"].startswith("unreachable")
+        assert "redis" in report["degraded"]
         assert "batch_pins" in report["degraded"]  # the batch test above ran first in this module
 
 

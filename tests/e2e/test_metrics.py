@@ -7,7 +7,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import MAX_BODY, Stack
 from tests.e2e.test_errors import CHAT, post
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -119,3 +119,34 @@ def test_the_serving_loop_is_watched_for_lag(stack: Stack) -> None:
     after = scrape(stack)
     assert moved(before, after, "gateway_event_loop_lag_seconds_count") >= 2
     assert moved(before, after, "gateway_event_loop_lag_seconds_bucket", le="+Inf") >= 2
+
+
+def test_requests_refused_before_any_upstream_are_counted_from_both_fronts(
+    stack: Stack, fresh_upstream
+) -> None:
+    team = stack.new_team("metrics-refused")
+    before = scrape(stack)
+    assert post(stack, "sk-gw-" + "1" * 43, CHAT).status_code == 401  # the proxy front
+    assert post(stack, None, CHAT).status_code == 401
+    assert post(stack, team.key, {**CHAT, "model": "no-such-model"}).status_code == 404
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * (MAX_BODY + 10)}]}
+    assert post(stack, team.key, big).status_code == 413
+    models = httpx.get(stack.base_url + "/models", headers={"authorization": "Bearer nope"}, timeout=10)
+    assert models.status_code == 401  # Litestar's
+    assert httpx.get(stack.base_url + "/no/such/thing", timeout=10).status_code == 404
+    fresh_upstream.set_behaviour(fail_rate=1.0, fail_status=500)
+    assert post(stack, team.key, CHAT).status_code == 502  # reached an upstream: not a refusal
+    after = scrape(stack)
+
+    refused = "gateway_requests_refused_total"
+    chat = {"endpoint": "chat/completions"}
+    assert moved(before, after, refused, **chat, status="401", code="invalid_api_key") == 1
+    assert moved(before, after, refused, **chat, status="401", code="missing_api_key") == 1
+    assert moved(before, after, refused, **chat, status="404", code="model_not_found") == 1
+    assert moved(before, after, refused, **chat, status="413", code="request_too_large") == 1
+    assert moved(before, after, refused, endpoint="models", status="401", code="invalid_api_key") == 1
+    assert moved(before, after, refused, endpoint="other", status="404", code="unsupported_endpoint") == 1
+    assert sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == refused) == 6
+    assert (
+        moved(before, after, "gateway_requests_total", model="chat", provider="up-openai", status="502") == 1
+    )

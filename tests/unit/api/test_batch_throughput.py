@@ -7,7 +7,7 @@ import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +29,7 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import BatchJob, UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
+from gateway.metrics import Metrics
 from gateway.routing.batch_pin import new_pin
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.pins import MemoryPinStore
@@ -48,6 +49,7 @@ class StandInServices:
     key_cache: KeyCache
     pins: MemoryPinStore
     table: DeploymentTable
+    metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ routing tests' catalog; two teams with a key each."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
 from gateway.jobs.file_store import FileStore
+from gateway.metrics import Metrics
 from gateway.routing.deployment import DeploymentTable
 from gateway.settings import Settings
 from tests.unit.auth.records import add_key, add_team, create_tables
@@ -40,6 +41,7 @@ class StandInServices:
     key_cache: KeyCache
     table: DeploymentTable
     file_store: FileStore | None = None  # the database keeps the bytes
+    metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
 
 
 @dataclass(frozen=True)

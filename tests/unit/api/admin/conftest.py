@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
+from gateway.metrics import Metrics
 from gateway.settings import Catalog, Settings
 from tests.unit.auth.records import create_tables
 
@@ -31,6 +32,7 @@ class StandInServices:
     sessions: async_sessionmaker[AsyncSession]
     key_cache: KeyCache
     redis: Redis | None = None
+    metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
 
 
 def settings_with(admin_key: str | None) -> Settings:

@@ -1,0 +1,127 @@
+"""What a scrape reports with several workers: every worker's series, read from the metrics directory.
+
+prometheus_client's `MultiProcessCollector` sums the counters and histograms of every worker that
+ran under this `gateway serve` (a dead worker's counts stay in the totals: a counter never goes
+back) and combines each gauge by its mode. The process metrics (`process_*`) are read from /proc
+for each worker still running, labelled by its `pid`, as the scrape is answered; the garbage
+collector's counts (`python_gc_*`) are summed over the workers, each writing its own (`GcCounts`);
+`python_info` is the same for every worker and reported once. A worker found gone has its
+per-process gauges (the `live*` modes) dropped, as `mark_process_dead` does.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from gateway.metrics_store import SeriesStore
+
+# Each worker's own files of the series `gateway.metrics` keeps itself (gateway.metrics_store); the
+# library's own files of the same process are `counter_<pid>.db` and the like.
+_SERIES_FILE = "{kind}_gateway_{pid}.db"
+_WORKER_FILE = re.compile(r"histogram_gateway_(\d+)\.db")
+
+
+def series_file(directory: Path, kind: Literal["counter", "histogram"], pid: int) -> Path:
+    """Where worker `pid` keeps its own series of one metric type; the type leads the name, as
+    `MultiProcessCollector` reads it."""
+    return directory / _SERIES_FILE.format(kind=kind, pid=pid)
+
+
+def worker_pids(directory: Path) -> set[int]:
+    """Every worker that has served under this metrics directory, running or not."""
+    return {int(m.group(1)) for p in directory.iterdir() if (m := _WORKER_FILE.fullmatch(p.name))}
+
+
+def is_running_worker(pid: int) -> bool:
+    """This process, or another child of the supervisor this process is a child of, not yet ended."""
+    if pid == os.getpid():
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # gone (or no /proc: no process metrics either)
+        return False
+    state, parent = stat.rsplit(b")", 1)[1].split()[:2]
+    return state != b"Z" and int(parent) == os.getppid()
+
+
+class ProcessGroupCollector(Collector):
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._series = MultiProcessCollector(None, path=str(directory))  # type: ignore[no-untyped-call]
+        self._python = PlatformCollector(registry=None)
+        self._processes: dict[int, ProcessCollector] = {}
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing to collect when the registry is made: every worker's series, when scraped
+
+    def collect(self) -> Iterator[Metric]:
+        running = set()
+        for pid in worker_pids(self.directory):
+            if is_running_worker(pid):
+                running.add(pid)
+            else:
+                mark_process_dead(pid, str(self.directory))  # type: ignore[no-untyped-call]
+        yield from self._series.collect()  # type: ignore[no-untyped-call]
+        yield from labelled_by_pid({pid: self._process(pid).collect() for pid in sorted(running)})
+        yield from self._python.collect()
+        for pid in set(self._processes) - running:
+            del self._processes[pid]
+
+    def _process(self, pid: int) -> ProcessCollector:
+        collector = self._processes.get(pid)
+        if collector is None:
+            collector = self._processes[pid] = ProcessCollector(pid=lambda: pid, registry=None)
+        return collector
+
+
+def labelled_by_pid(by_pid: dict[int, Iterable[Metric]]) -> list[Metric]:
+    """One family of each name, with a sample per worker labelled by its pid (the process metrics
+    are unlabelled gauges and counters)."""
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+    for pid, metrics in by_pid.items():
+        for metric in metrics:
+            family = families.get(metric.name)
+            if family is None:
+                kind = CounterMetricFamily if metric.type == "counter" else GaugeMetricFamily
+                family = families[metric.name] = kind(metric.name, metric.documentation, labels=["pid"])
+            for sample in metric.samples:
+                family.add_metric([str(pid)], sample.value)
+    return list(families.values())
+
+
+class GcCounts:
+    """A worker's garbage collector counts (the series of prometheus_client's `GCCollector`) in its
+    counters' file, so that a scrape sums them over the workers; a dead worker's last counts stay in
+    the sums, which never go back."""
+
+    SERIES = (
+        ("python_gc_objects_collected", "Objects collected during gc", "collected"),
+        ("python_gc_objects_uncollectable", "Uncollectable objects found during GC", "uncollectable"),
+        ("python_gc_collections", "Number of times this generation was collected", "collections"),
+    )
+
+    def __init__(self, store: SeriesStore) -> None:
+        self.store = store
+        self._slots: list[tuple[int, str, int]] = []  # (generation, gc.get_stats() key, slot)
+        for name, documentation, stat in self.SERIES:
+            for generation in range(len(gc.get_stats())):
+                labels = {"generation": str(generation)}
+                self._slots.append(
+                    (generation, stat, store.slot(name, f"{name}_total", labels, documentation))
+                )
+
+    def publish(self) -> None:
+        stats = gc.get_stats()
+        values = self.store.values
+        for generation, stat, slot in self._slots:
+            values[slot] = stats[generation][stat]
