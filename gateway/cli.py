@@ -1,4 +1,5 @@
-"""The `gateway` command: serve, migrate, check-config, teams, keys, usage, mock-upstream."""
+"""The `gateway` command: serve, migrate, check-config, teams, keys, usage, mock-upstream, and the
+background work run on its own (metering-writer, job-runner)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,18 @@ def cmd_metering_writer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_job_runner(_: argparse.Namespace) -> int:
+    import uvloop
+
+    from gateway.commands.job_runner import run_job_runner
+    from gateway.logs import configure_logging
+
+    settings = _checked_settings()
+    configure_logging(settings.log_format)
+    uvloop.run(run_job_runner(settings))
+    return 0
+
+
 def cmd_migrate(_: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -164,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     writer.add_argument("--parent-pid", type=int, default=None, help="stop when this process ends")
     writer.set_defaults(func=cmd_metering_writer)
+
+    jobs = commands.add_parser(
+        "job-runner", help="run Batch API jobs without serving (GATEWAY_RUN_JOBS=false leaves them here)"
+    )
+    jobs.set_defaults(func=cmd_job_runner)
 
     migrate = commands.add_parser("migrate", help="apply database migrations (Alembic upgrade head)")
     migrate.set_defaults(func=cmd_migrate)

@@ -79,10 +79,11 @@ class Services:
         self.tasks.append(asyncio.create_task(self.writer.run(), name="usage-writer"))
         self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
         self.tasks.append(asyncio.create_task(watch_loop_lag(self.metrics), name="loop-lag"))
+        if self.metrics.shared:  # this worker's own gauges, for the scrapes the others answer
+            self.tasks.append(asyncio.create_task(self.metrics.publish_every(), name="metrics-publish"))
         self.executor.scheduler.start()
-        if self.settings.catalog.jobs.runner:
-            self.job_runner = JobRunner(self)
-            self.tasks.append(asyncio.create_task(self.job_runner.run(), name="batch-jobs"))
+        if self.settings.run_jobs and self.settings.catalog.jobs.runner:
+            self.start_jobs()
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
@@ -90,6 +91,13 @@ class Services:
             self.tasks.append(
                 asyncio.create_task(warn_if_redis_forgets(self.redis), name="redis-persistence")
             )
+
+    def start_jobs(self) -> JobRunner:
+        """Claim and run Batch API jobs in this process: a serving worker's share, or all that a
+        `gateway job-runner` process does."""
+        self.job_runner = JobRunner(self)
+        self.tasks.append(asyncio.create_task(self.job_runner.run(), name="batch-jobs"))
+        return self.job_runner
 
     async def _reconcile_spend(self) -> None:
         """Month spend from the records into the limiter: a cold Redis or a restart loses no budget."""
@@ -186,7 +194,7 @@ def open_services(settings: Settings) -> Services:
         health = HealthBoard(deployment_ids, catalog.circuit)
         pins = MemoryPinStore(catalog.batches.idle_ttl_s)
         limiter = MemoryLimiter(records=RecordedSpend(sessions), hold_ttl_s=catalog.limits.reservation_ttl_s)
-    metrics = Metrics()
+    metrics = Metrics(settings.metrics_dir)
     scheduler = Scheduler(
         catalog, permit_bank(catalog, redis, batcher), observe_wait=metrics.observe_queue_wait
     )

@@ -80,6 +80,15 @@ class Settings(msgspec.Struct, frozen=True):
     metering_writer: str = "auto"
     keep_alive_timeout_s: int = 5  # uvicorn's timeout_keep_alive: an idle kept-alive connection is closed
     limit_concurrency: int | None = None  # uvicorn's: connections + requests per worker before 503s
+    # signs console sessions (gateway.console.tokens); None: derived from the admin key
+    console_secret: str | None = None
+    console_session_ttl_s: float = 12 * 3600.0
+    # Serving processes claim and run batch jobs (with the catalog's jobs.runner); false: they leave
+    # them to `gateway job-runner` processes
+    run_jobs: bool = True
+    # PROMETHEUS_MULTIPROC_DIR: where every worker of one `gateway serve` keeps its metrics
+    # (gateway.metrics); set by `gateway serve` itself for several workers
+    metrics_dir: str | None = None
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
@@ -123,6 +132,10 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         metering_writer=metering_writer,
         keep_alive_timeout_s=_positive_int_env(env, "GATEWAY_KEEP_ALIVE_TIMEOUT_S") or 5,
         limit_concurrency=_positive_int_env(env, "GATEWAY_LIMIT_CONCURRENCY"),
+        console_secret=env.get("GATEWAY_CONSOLE_SECRET") or None,
+        console_session_ttl_s=_positive_int_env(env, "GATEWAY_CONSOLE_SESSION_TTL_S") or 12 * 3600,
+        run_jobs=_bool_env(env, "GATEWAY_RUN_JOBS", True),
+        metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
     )
 
 
@@ -197,6 +210,17 @@ def _positive_int_env(env: dict[str, str], name: str) -> int | None:
     if value < 1:
         raise ConfigError(f"{name}: must be at least 1")
     return value
+
+
+def _bool_env(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("true", "1", "yes"):
+        return True
+    if raw.lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name}: must be true or false, not {raw!r}")
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:

@@ -43,6 +43,7 @@ def test_every_documented_command_is_there() -> None:
         "usage",
         "mock-upstream",
         "metering-writer",
+        "job-runner",
     } <= set(commands or ())
 
 
