@@ -27,9 +27,18 @@ run: $(RUN_STAMP)
 	$(BIN)/gateway migrate
 	$(BIN)/gateway serve
 
-## Install, then lint, type-check and run every test (unit, integration, end-to-end).
-test: lint typecheck
+## Install, then lint, type-check and run every test (unit, integration, end-to-end, browser).
+test: lint typecheck browser
 	$(BIN)/pytest
+
+## Debian's Chromium for tests/browser (Playwright drives it), installed when it is missing.
+CHROMIUM ?= /usr/bin/chromium
+.PHONY: browser
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests migrations bench

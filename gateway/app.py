@@ -22,10 +22,13 @@ from gateway.api.error_replies import (
     unrouted_reply,
 )
 from gateway.api.files import FILE_HANDLERS
+from gateway.api.messages import MESSAGES_HANDLERS
 from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
+from gateway.api.responses import RESPONSES_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
+from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
 from gateway.services import open_services
@@ -44,9 +47,18 @@ def _response(reply: ErrorReply) -> Response[bytes]:
     )
 
 
+def _counted(request: Request, reply: ErrorReply) -> ErrorReply:
+    """`reply`, counted when the gateway gave it before any upstream was tried."""
+    services = getattr(request.app.state, "services", None)  # None: refused before the lifespan ran
+    if reply.refused and services is not None:
+        services.metrics.count_refused(request.url.path, reply.status, reply.code)
+    return reply
+
+
 def gateway_error_handler(request: Request, exc: GatewayError) -> Response[bytes]:
     principal = getattr(request.state, "principal", None)
-    return _response(gateway_error_reply(exc, _request_id(request), principal, request.url.path))
+    reply = gateway_error_reply(exc, _request_id(request), principal, request.url.path)
+    return _response(_counted(request, reply))
 
 
 def http_error_handler(request: Request, exc: HTTPException) -> Response[bytes]:
@@ -55,7 +67,7 @@ def http_error_handler(request: Request, exc: HTTPException) -> Response[bytes]:
         reply = unrouted_reply(exc.status_code, request.method, request.url.path, _request_id(request))
     if reply is None:
         reply = http_error_reply(exc.status_code, exc.detail, _request_id(request))
-    return _response(reply._replace(headers=reply.headers | (exc.headers or {})))
+    return _response(_counted(request, reply._replace(headers=reply.headers | (exc.headers or {}))))
 
 
 def internal_error_handler(request: Request, exc: Exception) -> Response[bytes]:
@@ -85,6 +97,8 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
     return Litestar(
         route_handlers=[
             *OPENAI_HANDLERS,
+            *RESPONSES_HANDLERS,
+            *MESSAGES_HANDLERS,
             *BATCH_HANDLERS,
             *FILE_HANDLERS,
             *BATCH_JOB_HANDLERS,
@@ -92,6 +106,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *PROVIDER_HANDLERS,
             *ADMIN_CONTROLLERS,
             *OPS_HANDLERS,
+            console_router(settings),
         ],
         lifespan=[lifespan],
         exception_handlers={
@@ -100,11 +115,13 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             Exception: internal_error_handler,
         },
         request_max_body_size=settings.catalog.limits.max_body_bytes,
+        logging_config=None,  # the gateway's own (gateway.logs): no handler of Litestar's on the root logger
         openapi_config=OpenAPIConfig(
             title="gateway",
             version="0.1.0",
             path="/schema",
             render_plugins=[JsonRenderPlugin(), SwaggerRenderPlugin()],
         ),
+        template_config=console_templates(),
         debug=False,
     )

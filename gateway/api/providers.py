@@ -11,7 +11,7 @@ from litestar import Request, Response, get
 from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.schemas.admin import Page
-from gateway.services import services_of
+from gateway.services import Services, services_of
 
 
 class ReplicaLoad(msgspec.Struct, omit_defaults=True):
@@ -42,6 +42,12 @@ class DeploymentHealth(msgspec.Struct):
 async def list_providers(request: Request) -> Response[bytes]:
     services = services_of(request)
     require_admin(request, services.settings.admin_key)
+    rows = await deployment_health(services)
+    return Response(msgspec.json.encode({"data": rows, "next_cursor": None}), media_type="application/json")
+
+
+async def deployment_health(services: Services) -> list[DeploymentHealth]:
+    """Every deployment's health and its provider's replicas (the console's providers page too)."""
     rows = []
     scheduler = services.executor.scheduler
     replicas = {
@@ -64,7 +70,7 @@ async def list_providers(request: Request) -> Response[bytes]:
                 replicas=replicas[deployment.provider.name],
             )
         )
-    return Response(msgspec.json.encode({"data": rows, "next_cursor": None}), media_type="application/json")
+    return rows
 
 
 PROVIDER_HANDLERS = [list_providers]

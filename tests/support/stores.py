@@ -32,6 +32,7 @@ REDIS_DBS = {
     "metering-app": 12,  # tests/integration/metering/test_upstream_usage_postgres.py
     "scheduling": 13,  # tests/integration/scheduling
     "e2e-scheduling": 14,
+    "browser": 15,  # tests/browser (the last db of a default Redis: 0-15)
 }
 
 

@@ -1,0 +1,148 @@
+"""Who is looking at a console page: the session cookie, checked on every request.
+
+A page's `viewer` dependency verifies the cookie's token (`gateway.console.tokens`), refuses a
+session that signed out, and re-checks its key through the key cache (a cheap in-memory hit most
+of the time), so a session ends as soon as its key is revoked, expires or its team is deleted, and
+an admin session ends when the admin key changes. Admin pages depend on `admin` instead, which
+refuses a team's session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from litestar import Request, Response
+from litestar.di import NamedDependency, Provide
+
+from gateway.auth.principal import Principal
+from gateway.auth.secrets import constant_time_equals
+from gateway.console.session_state import FailedSignIns, SignOuts
+from gateway.console.tokens import SessionClaims, TokenSigner, console_secret
+from gateway.errors import AuthenticationFailed
+from gateway.services import services_of
+from gateway.settings import Settings
+
+COOKIE = "gateway_console"
+COOKIE_PATH = "/ui"
+FAILED_SIGN_INS_ALLOWED = 10  # per client address and window: enough for typos, too few for guessing
+FAILED_SIGN_IN_WINDOW_S = 300.0
+
+
+class SignInRequired(Exception):
+    """No usable session: the page sends the browser to the sign-in page."""
+
+    def __init__(self, *, ended: bool) -> None:
+        super().__init__("sign-in required")
+        self.ended = ended  # a session was there but is over (expired, signed out, key revoked)
+
+
+class AdminRequired(Exception):
+    """A team's session on a page for the admin key only."""
+
+    def __init__(self, viewer: Viewer) -> None:
+        super().__init__("admin key required")
+        self.viewer = viewer
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """The signed-in caller: the admin (every team) or one team's key (that team only)."""
+
+    claims: SessionClaims
+    csrf_token: str
+    principal: Principal | None = None  # a team session's key; None for the admin
+
+    @property
+    def admin(self) -> bool:
+        return self.principal is None
+
+    def team_scope(self, wanted: str | None) -> str | None:
+        """The team a page shows: the one asked for by the admin (None: every team), always the
+        session's own for a team key, whatever was asked."""
+        return wanted if self.principal is None else self.principal.team_id
+
+
+@dataclass
+class ConsoleSessions:
+    """The console's signer and what it remembers; one per app."""
+
+    signer: TokenSigner | None  # None: no admin key and no console secret, nobody can sign in
+    ttl_s: float
+    sign_outs: SignOuts = field(default_factory=SignOuts)
+    failed_sign_ins: FailedSignIns = field(
+        default_factory=lambda: FailedSignIns(FAILED_SIGN_INS_ALLOWED, FAILED_SIGN_IN_WINDOW_S)
+    )
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def configured(cls, settings: Settings) -> ConsoleSessions:
+        secret = console_secret(settings.console_secret, settings.admin_key)
+        return cls(None if secret is None else TokenSigner(secret), settings.console_session_ttl_s)
+
+    async def viewer(self, request: Request) -> Viewer:
+        token = request.cookies.get(COOKIE)
+        if not token or self.signer is None:
+            raise SignInRequired(ended=False)
+        claims = self.signer.verify(token, now=self.clock())
+        if claims is None or await self.sign_outs.contains(services_of(request).redis, claims.sid):
+            raise SignInRequired(ended=True)
+        principal = await _principal(request, self.signer, claims)
+        return Viewer(claims, self.signer.csrf_token(claims), principal)
+
+    def start(self, response: Response[object], request: Request, token: str) -> None:
+        """Set the session cookie on the response that ends a sign-in."""
+        response.set_cookie(
+            COOKIE,
+            token,
+            max_age=int(self.ttl_s),
+            path=COOKIE_PATH,
+            secure=served_over_https(request),
+            httponly=True,
+            samesite="strict",
+        )
+
+    @staticmethod
+    def end(response: Response[object], request: Request) -> None:
+        response.delete_cookie(COOKIE, path=COOKIE_PATH)
+
+
+async def _principal(request: Request, signer: TokenSigner, claims: SessionClaims) -> Principal | None:
+    """The session's team key, still good (None for the admin, still with the same admin key)."""
+    services = services_of(request)
+    if claims.key_hash is None:
+        admin_key = services.settings.admin_key
+        if admin_key is None or not constant_time_equals(
+            claims.admin_mark or "", signer.admin_mark(admin_key)
+        ):
+            raise SignInRequired(ended=True)
+        return None
+    try:
+        return await services.key_cache.verify(claims.key_hash)
+    except AuthenticationFailed:  # revoked, expired, its team deleted
+        raise SignInRequired(ended=True) from None
+
+
+def served_over_https(request: Request) -> bool:
+    """https to the gateway, or to the proxy in front of it (which says so in X-Forwarded-Proto)."""
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+async def provide_viewer(request: Request, console: NamedDependency[ConsoleSessions]) -> Viewer:
+    return await console.viewer(request)
+
+
+async def provide_admin(viewer: NamedDependency[Viewer]) -> Viewer:
+    if not viewer.admin:
+        raise AdminRequired(viewer)
+    return viewer
+
+
+def session_dependencies(console: ConsoleSessions) -> dict[str, Provide]:
+    return {
+        "console": Provide(lambda: console, sync_to_thread=False, use_cache=True),
+        "viewer": Provide(provide_viewer),
+        "admin": Provide(provide_admin),
+    }

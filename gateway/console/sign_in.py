@@ -1,0 +1,113 @@
+"""Signing in and out of the console: `/ui/login` and `/ui/logout`.
+
+A sign-in takes the admin key or a team key and answers the same for every key it refuses (unknown,
+revoked, expired, malformed), so the page tells nobody whether a key exists. Failed sign-ins are
+counted per client address and refused past a limit; they are logged with the address, never with
+anything of the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from litestar import Request, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
+from litestar.response import Redirect, Template
+
+from gateway.auth.secrets import constant_time_equals, hash_secret
+from gateway.console.forgery import check_form, check_origin
+from gateway.console.forms import form_fields
+from gateway.console.rendering import LOGIN_PATH, page, safe_next
+from gateway.console.sessions import ConsoleSessions, SignInRequired, Viewer
+from gateway.errors import AuthenticationFailed
+from gateway.services import services_of
+
+log = structlog.get_logger("gateway.console")
+
+REFUSED = "That key was not accepted."
+DISABLED = "The console is off: set GATEWAY_ADMIN_KEY (or GATEWAY_CONSOLE_SECRET) on the gateway."
+
+
+def _login_page(
+    next_path: str, *, error: str | None = None, notice: str | None = None, status: int = 200
+) -> Template:
+    return page("login.html", None, "login", status_code=status, next=next_path, error=error, notice=notice)
+
+
+@get("/login")
+async def login_form(
+    request: Request,
+    console: NamedDependency[ConsoleSessions],
+    next: FromQuery[str | None] = None,
+    ended: FromQuery[str | None] = None,
+    signed_out: FromQuery[str | None] = None,
+) -> Response[Any]:
+    if console.signer is None:
+        return _login_page(safe_next(next), error=DISABLED, status=503)
+    try:
+        await console.viewer(request)
+    except SignInRequired:
+        notice = "You have signed out." if signed_out else None
+        if ended:
+            notice = "Your session has ended: sign in again."
+        return _login_page(safe_next(next), notice=notice)
+    return Redirect(safe_next(next), status_code=303)  # signed in already
+
+
+@post("/login", status_code=303)
+async def sign_in(request: Request, console: NamedDependency[ConsoleSessions]) -> Response[Any]:
+    check_origin(request)
+    services = services_of(request)
+    form = await form_fields(request)
+    target = safe_next(form.get("next"))
+    address = request.client.host if request.client else "unknown"
+    if console.signer is None:
+        return _login_page(target, error=DISABLED, status=503)
+    if await console.failed_sign_ins.blocked(services.redis, address):
+        log.warning("console_sign_in_throttled", client=address)
+        minutes = int(console.failed_sign_ins.window_s // 60)
+        return _login_page(
+            target, error=f"Too many failed sign-ins: try again in {minutes} minutes.", status=429
+        )
+    token = await _session_token(request, console, form.get("key", ""))
+    if token is None:
+        await console.failed_sign_ins.record(services.redis, address)
+        log.warning("console_sign_in_failed", client=address)
+        return _login_page(target, error=REFUSED, status=401)
+    response: Response[Any] = Redirect(target, status_code=303)
+    console.start(response, request, token)
+    return response
+
+
+async def _session_token(request: Request, console: ConsoleSessions, key: str) -> str | None:
+    """A new session's token for the admin key or a live team key; None for anything else."""
+    services = services_of(request)
+    assert console.signer is not None
+    now, ttl_s = console.clock(), console.ttl_s
+    admin_key = services.settings.admin_key
+    if admin_key is not None and constant_time_equals(key, admin_key):
+        log.info("console_signed_in", role="admin")
+        return console.signer.issue(now=now, ttl_s=ttl_s, admin_key=admin_key)
+    try:
+        principal = await services.key_cache.authenticate(f"Bearer {key}")
+    except AuthenticationFailed:
+        return None
+    log.info("console_signed_in", role="team", team=principal.team_id, key_prefix=principal.key_prefix)
+    return console.signer.issue(now=now, ttl_s=ttl_s, key_hash=hash_secret(key))
+
+
+@post("/logout", status_code=303)
+async def sign_out(
+    request: Request, console: NamedDependency[ConsoleSessions], viewer: NamedDependency[Viewer]
+) -> Response[Any]:
+    """End the session here and, through Redis, in every process: its token is refused from now on."""
+    check_form(request, viewer, await form_fields(request))
+    await console.sign_outs.add(services_of(request).redis, viewer.claims.sid, viewer.claims.exp)
+    response: Response[Any] = Redirect(f"{LOGIN_PATH}?signed_out=1", status_code=303)
+    console.end(response, request)
+    return response
+
+
+SIGN_IN_HANDLERS = [login_form, sign_in, sign_out]

@@ -1,0 +1,125 @@
+"""Signing in and out in Chromium: the session cookie's attributes, refusals that do not tell one bad
+key from another, a session that ends with its key, a sign-out that holds for a copied cookie, and
+failed sign-ins throttled (and logged without the key)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import httpx
+import pytest
+from playwright.sync_api import BrowserContext, Page
+
+from tests.browser.conftest import Shoot, SignIn
+from tests.browser.stack import ADMIN_KEY, ConsoleStack
+from tests.support.gateway import GatewayProcess
+
+pytestmark = pytest.mark.e2e
+
+COOKIE = "gateway_console"
+REFUSED = "That key was not accepted."
+TWELVE_HOURS_S = 12 * 3600
+
+
+def session_cookie(page: Page) -> dict[str, object]:
+    [cookie] = [c for c in page.context.cookies() if c["name"] == COOKIE]
+    return dict(cookie)
+
+
+def try_key(page: Page, base_url: str, key: str) -> str:
+    """Send the sign-in form with `key`; the page's error, if it shows one."""
+    page.goto(base_url + "/ui/login")
+    page.fill("input[name=key]", key)
+    page.click("button[type=submit]")
+    page.wait_for_load_state()
+    error = page.locator(".error")
+    return error.inner_text() if error.count() else ""
+
+
+def test_signing_in_sets_a_strict_session_cookie_that_holds_no_key(
+    stack: ConsoleStack, new_context: Callable[[], BrowserContext], shoot: Shoot
+) -> None:
+    page = new_context().new_page()
+    page.goto(stack.base_url + "/ui/batches")
+    page.wait_for_url("**/ui/login?next=%2Fui%2Fbatches")
+    shoot(page, "login")
+    page.fill("input[name=key]", ADMIN_KEY)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/ui/batches")  # back where it was going
+    assert page.locator('[data-role="admin"]').is_visible()
+    cookie = session_cookie(page)
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert cookie["secure"] is False  # served over plain http here; over https it is Secure
+    assert TWELVE_HOURS_S - 60 < float(cookie["expires"]) - time.time() <= TWELVE_HOURS_S  # type: ignore[arg-type]
+    assert ADMIN_KEY not in str(cookie["value"])
+    assert page.evaluate("document.cookie") == "", "no script reads the session"
+
+
+def test_every_refused_key_gets_the_same_answer(
+    stack: ConsoleStack, new_context: Callable[[], BrowserContext]
+) -> None:
+    revoked = stack.new_team(f"gone-{uuid.uuid4().hex[:6]}")
+    stack.admin.delete(f"/admin/keys/{revoked.key_id}").raise_for_status()
+    page = new_context().new_page()
+    made_up = "sk-gw-" + uuid.uuid4().hex * 2
+    for key in (made_up, revoked.key, "not a key at all", ADMIN_KEY + "x"):
+        assert try_key(page, stack.base_url, key) == REFUSED, key
+        assert page.url.endswith("/ui/login")
+        assert not [c for c in page.context.cookies() if c["name"] == COOKIE]
+
+
+def test_a_session_ends_when_its_key_is_revoked(stack: ConsoleStack, sign_in: SignIn) -> None:
+    team = stack.new_team(f"ending-{uuid.uuid4().hex[:6]}")
+    page = sign_in(team.key)
+    assert team.key[:12] in page.locator('[data-role="team"]').inner_text()
+    stack.admin.delete(f"/admin/keys/{team.key_id}").raise_for_status()
+    page.goto(stack.base_url + "/ui/batches")
+    page.wait_for_url("**/ui/login?**ended=1")
+    assert "session has ended" in page.locator(".notice").inner_text()
+    assert not [c for c in page.context.cookies() if c["name"] == COOKIE], (
+        "the ended session's cookie is gone"
+    )
+
+
+def test_a_signed_out_session_stays_out_even_with_a_copy_of_its_cookie(
+    stack: ConsoleStack, sign_in: SignIn, new_context: Callable[[], BrowserContext]
+) -> None:
+    page = sign_in(ADMIN_KEY)
+    copied = session_cookie(page)
+    page.click("text=Sign out")
+    page.wait_for_url("**/ui/login?signed_out=1")
+    assert page.locator(".notice").inner_text() == "You have signed out."
+    elsewhere = new_context()
+    elsewhere.add_cookies([copied])  # type: ignore[list-item]
+    replay = elsewhere.new_page()
+    replay.goto(stack.base_url + "/ui/usage")
+    replay.wait_for_url("**/ui/login?**")
+
+
+def test_a_session_started_on_one_process_is_good_on_another(
+    stack: ConsoleStack, sign_in: SignIn, lone_gateway: GatewayProcess
+) -> None:
+    """The other process shares the database and the admin key, nothing else: no Redis, no memory.
+    (A cookie is not kept apart by port, so the browser sends it to both.)"""
+    team = stack.new_team(f"roaming-{uuid.uuid4().hex[:6]}")
+    page = sign_in(team.key)
+    page.goto(lone_gateway.base_url + "/ui/batches")
+    assert page.url == lone_gateway.base_url + "/ui/batches"
+    assert team.key[:12] in page.locator('[data-role="team"]').inner_text()
+
+
+def test_failed_sign_ins_are_throttled_and_logged_without_the_key(lone_gateway: GatewayProcess) -> None:
+    """On a process of its own without Redis, so that its count holds this address back nowhere else."""
+    wrong = [f"sk-gw-wrong-{n}-{uuid.uuid4().hex}" for n in range(10)]
+    with httpx.Client(base_url=lone_gateway.base_url) as client:
+        for key in wrong:
+            reply = client.post("/ui/login", data={"key": key})
+            assert reply.status_code == 401 and REFUSED in reply.text
+        throttled = client.post("/ui/login", data={"key": ADMIN_KEY})  # even the right key, for now
+        assert throttled.status_code == 429 and "Too many failed sign-ins" in throttled.text
+        assert "set-cookie" not in throttled.headers
+    logs = lone_gateway.logs()
+    assert logs.count("console_sign_in_failed") == len(wrong)
+    assert not any(key in logs or key[:12] in logs for key in wrong)

@@ -1,0 +1,58 @@
+"""The Origin check and the CSRF token of console POSTs."""
+
+from __future__ import annotations
+
+import pytest
+from litestar.testing import RequestFactory
+
+from gateway.console.forgery import CrossSiteRefused, check_form, check_origin
+from gateway.console.sessions import Viewer
+from gateway.console.tokens import SessionClaims
+
+HOST = "console.example:8080"
+VIEWER = Viewer(SessionClaims(sid="s", exp=2**31, admin_mark="m"), csrf_token="the-token")
+
+
+def post(**headers: str):  # type: ignore[no-untyped-def]
+    return RequestFactory().post("/ui/teams", headers={"host": HOST, **headers})
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": f"http://{HOST}"},
+        {"origin": f"https://{HOST}"},
+        {"referer": f"http://{HOST}/ui/teams"},
+        {},
+        {"origin": "https://public.example", "x-forwarded-host": "public.example"},
+    ],
+)
+def test_a_post_from_this_host_passes(headers: dict[str, str]) -> None:
+    check_origin(post(**headers))
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://evil.example"},
+        {"origin": "http://console.example:8081"},
+        {"origin": "null"},
+        {"referer": "http://evil.example/ui/teams"},
+        {"origin": "http://evil.example", "referer": f"http://{HOST}/"},
+    ],
+)
+def test_a_post_from_elsewhere_is_refused(headers: dict[str, str]) -> None:
+    with pytest.raises(CrossSiteRefused):
+        check_origin(post(**headers))
+
+
+@pytest.mark.parametrize(
+    ("form", "passes"), [({"csrf_token": "the-token"}, True), ({"csrf_token": "another"}, False), ({}, False)]
+)
+def test_a_form_needs_the_sessions_csrf_token(form: dict[str, str], passes: bool) -> None:
+    request = post(origin=f"http://{HOST}")
+    if passes:
+        check_form(request, VIEWER, form)
+    else:
+        with pytest.raises(CrossSiteRefused):
+            check_form(request, VIEWER, form)

@@ -1,0 +1,98 @@
+"""The usage page's figures from report rows: filters, daily series by group, totals and shares."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+
+from gateway.console.usage_view import MAX_SERIES, OTHER, UsageFilters, usage_view
+from gateway.errors import InvalidRequest
+from gateway.metering.reports import UsageRow
+
+TODAY = date(2026, 3, 10)
+
+
+def parse(**given: str | None) -> UsageFilters:
+    fields: dict[str, str | None] = {
+        "start": None,
+        "end": None,
+        "group": None,
+        "team_id": None,
+        "model": None,
+    }
+    return UsageFilters.parse(**(fields | given), today=TODAY)  # type: ignore[arg-type]
+
+
+def test_the_default_is_the_last_thirty_days_grouped_by_day() -> None:
+    filters = parse()
+    assert (filters.first, filters.last, filters.group) == (date(2026, 2, 9), TODAY, "none")
+    query = filters.query()
+    assert query.start == datetime(2026, 2, 9, tzinfo=UTC) and query.end == datetime(2026, 3, 11, tzinfo=UTC)
+    assert query.group_by == ("day",)
+
+
+def test_a_grouping_and_filters_reach_the_report_query() -> None:
+    query = parse(start="2026-03-01", end="2026-03-02", group="model", team_id="team_x", model="chat").query()
+    assert query.group_by == ("day", "model") and (query.team_id, query.model) == ("team_x", "chat")
+
+
+@pytest.mark.parametrize(
+    ("given", "param"),
+    [
+        ({"start": "yesterday"}, "start"),
+        ({"end": "2026-13-01"}, "end"),
+        ({"start": "2026-03-05", "end": "2026-03-01"}, "start"),
+        ({"start": "2024-01-01"}, "start"),  # more than a year
+        ({"group": "provider"}, "group"),
+    ],
+)
+def test_unusable_filters_are_refused_naming_the_parameter(given: dict[str, str], param: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(**given)
+    assert refused.value.param == param
+
+
+def row(day: str, model: str, requests: int, prompt: int, cached: int, cost: str, saving: str) -> UsageRow:
+    return UsageRow(
+        day=day,
+        model=model,
+        requests=requests,
+        prompt_tokens=prompt,
+        completion_tokens=requests * 10,
+        cached_tokens=cached,
+        cost=Decimal(cost),
+        saving=Decimal(saving),
+    )
+
+
+def test_charts_table_and_totals_come_from_the_same_rows() -> None:
+    filters = parse(start="2026-03-09", end="2026-03-10", group="model")
+    rows = [
+        row("2026-03-09", "chat", 2, 100, 50, "0.01", "0.002"),
+        row("2026-03-10", "chat", 1, 100, 0, "0.02", "0"),
+        row("2026-03-10", "mini", 4, 300, 150, "0.03", "0.004"),
+    ]
+    view = usage_view(rows, filters, {})
+    by_metric = {chart.metric: chart for chart in view.charts}
+    requests = {(bar.day, bar.series): bar.value for bar in by_metric["requests"].bars}
+    assert requests == {("2026-03-09", "chat"): "2", ("2026-03-10", "mini"): "4", ("2026-03-10", "chat"): "1"}
+    shares = {bar.day: bar.value for bar in by_metric["cached_share"].bars}
+    assert shares == {"2026-03-09": "50.0%", "2026-03-10": "37.5%"}  # 150 of 400 prompt tokens
+    assert (view.total.requests, view.total.cost, view.total.saving) == (7, Decimal("0.06"), Decimal("0.006"))
+    assert view.cached_share == "40.0%"  # 200 of 500
+    assert [(line.day, line.group) for line in view.rows] == [
+        ("2026-03-09", "chat"),
+        ("2026-03-10", "chat"),
+        ("2026-03-10", "mini"),
+    ]
+
+
+def test_team_groups_are_labelled_by_name_and_the_smallest_stacked_as_other() -> None:
+    filters = parse(start="2026-03-10", end="2026-03-10", group="team")
+    rows = [UsageRow(day="2026-03-10", team_id=f"team_{n}", requests=100 - n) for n in range(MAX_SERIES + 2)]
+    view = usage_view(rows, filters, {f"team_{n}": f"name-{n}" for n in range(MAX_SERIES + 2)})
+    series = [bar.series for bar in view.charts[0].bars]
+    assert series == [f"name-{n}" for n in range(MAX_SERIES)] + [OTHER]
+    assert view.charts[0].bars[-1].value == str((100 - MAX_SERIES) + (100 - MAX_SERIES - 1))
