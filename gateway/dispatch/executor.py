@@ -23,7 +23,7 @@ from typing import TypeVar
 from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
 from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
-from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTooLarge
+from gateway.errors import InvalidRequest, UpstreamError, UpstreamRateLimited, UpstreamTooLarge
 from gateway.providers.base import (
     Endpoint,
     ProviderAdapter,
@@ -108,7 +108,10 @@ class Executor:
         adapter = self._adapters.get((provider.name, call.endpoint))
         if adapter is None:
             adapter = self._adapters[provider.name, call.endpoint] = endpoint_adapter(provider, call.endpoint)
-        return adapter, adapter.build_request(call, provider, grant.base_url)
+        request = adapter.build_request(call, provider, grant.base_url)
+        if call.trace_headers:  # the client's trace context, the same for every provider kind
+            request = dataclasses.replace(request, headers=request.headers | call.trace_headers)
+        return adapter, request
 
     async def _open(self, provider: Provider, request: UpstreamRequest) -> Reply:
         return await self._client_for(provider).request(
@@ -134,8 +137,8 @@ class Executor:
 
         async def once(grant: Grant) -> UpstreamResponse:
             started = time.perf_counter()
-            adapter, request = self._build(deployment, as_stream(call) if measured else call, grant)
-            try:
+            try:  # a request the adapter refuses to build (a 400) gives its permit back too
+                adapter, request = self._build(deployment, as_stream(call) if measured else call, grant)
                 with self._in_flight(deployment.id):
                     if measured:
                         body, first_token = await self._assembled(deployment.provider, request, adapter)
@@ -171,6 +174,11 @@ class Executor:
             started = time.perf_counter()
             try:
                 result = await once(grant)
+            except InvalidRequest:
+                # The adapter refused to build the request: nothing went upstream, so this was no
+                # attempt (no usage record, the caller's reservation released).
+                attempts.count -= 1
+                raise
             except UpstreamError as exc:
                 attempts.upstream_s += time.perf_counter() - started
                 attempts.errors.append(exc.code or exc.type)
@@ -186,6 +194,11 @@ class Executor:
 
     def _in_flight(self, deployment_id: str, grant: Grant | None = None) -> InFlight:
         return InFlight(self._health.in_flight, deployment_id, grant)
+
+    async def exchange(self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter) -> bytes:
+        """One request outside scheduling, retries and health, for a call that generates nothing
+        (the Messages API's count_tokens): its whole body, or the adapter's error for its status."""
+        return await self._exchange(provider, request, adapter)
 
     async def _exchange(
         self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
@@ -256,9 +269,9 @@ class Executor:
         return await self._retrying(deployment, call, ticket, attempts, max_attempts, once)
 
     async def _first_frames(self, deployment: Deployment, call: UpstreamCall, grant: Grant) -> OpenStream:
-        adapter, request = self._build(deployment, call, grant)
         in_flight = self._in_flight(deployment.id, grant)
-        try:
+        try:  # a request the adapter refuses to build (a 400) gives its permit back too
+            adapter, request = self._build(deployment, call, grant)
             reply = await self._open(deployment.provider, request)
         except BaseException:
             in_flight.release()

@@ -41,3 +41,5 @@ class UsageEvent(msgspec.Struct, frozen=True, kw_only=True):
     # the wait for capacity in the gateway's queue, before the request was sent upstream; last, and
     # defaulted, so that events buffered before it existed still decode (None: not measured)
     queue_ms: float | None = None
+    # the client's own X-Request-ID (gateway.proxy.correlation); defaulted, like queue_ms
+    client_request_id: str | None = None

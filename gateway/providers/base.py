@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from gateway.errors import UpstreamError
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider
-
-if TYPE_CHECKING:
-    from gateway.metering.pricing import Tariff
 
 
 class Endpoint(str, Enum):
@@ -43,6 +41,13 @@ class TokenUsage(msgspec.Struct, frozen=True):
     cache_write_tokens: int = 0
 
 
+class Pricing(Protocol):
+    """A deployment's price as the adapters see it (`gateway.metering.pricing.Tariff`): what a
+    reply's usage costs, for the `usage.cost` it carries."""
+
+    def cost(self, usage: TokenUsage) -> Decimal: ...
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
     """One request as the gateway means to send it, before any provider's translation."""
@@ -55,7 +60,9 @@ class UpstreamCall:
     team_id: str
     chat: ChatCompletionRequest | None = None  # the typed view, for chat completions
     cache_key: str | None = None  # given by the client, or derived from the cached prefix
-    tariff: Tariff | None = None  # the deployment's price, for the cost a reply carries (usage.cost)
+    tariff: Pricing | None = None  # the deployment's price, for the cost a reply carries (usage.cost)
+    # the client's W3C trace context (`traceparent`, `tracestate`), sent upstream as it came
+    trace_headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class UpstreamResponse:
     body: bytes  # an OpenAI-format JSON body, ready for the client
     usage: TokenUsage | None  # None when the upstream reported none, or counts not believed
     untrusted_usage: str | None = None  # why the reported counts were not believed (usage_bounds)
+    cost: Decimal | None = None  # what `usage` costs at the call's tariff, as the body's usage.cost says
 
 
 class StreamTranslator(Protocol):
@@ -86,6 +94,17 @@ class StreamTranslator(Protocol):
     def finish(self) -> list[bytes]:
         """The upstream stream ended cleanly: return any last frames (e.g. `data: [DONE]\\n\\n`)."""
         ...
+
+
+def stream_cost(translator: StreamTranslator) -> Decimal | None:
+    """What a translator that prices its stream's usage (for the usage chunk's `usage.cost`) says
+    `usage` costs, kept as its `cost`: the usage record takes that amount rather than pricing the
+    same counts again. None from a translator that does not price it.
+
+    Looked up as an optional attribute: an isinstance check against a runtime Protocol costs
+    more than the rest of a chunk's handling."""
+    cost = getattr(translator, "cost", None)
+    return cost if isinstance(cost, Decimal) else None
 
 
 class ProviderAdapter(Protocol):

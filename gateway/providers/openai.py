@@ -1,13 +1,15 @@
 """The adapter for every OpenAI-compatible upstream (OpenAI, vLLM, SGLang, TGI, the mock).
 
 Bodies are forwarded as the client sent them (only `model`, stream usage and cache hints are
-touched); responses and stream chunks pass through verbatim, decoded only as far as metering needs.
+touched); responses and stream chunks pass through verbatim, decoded only as far as metering needs,
+but for the members the gateway sets in them (`gateway.providers.openai_wire`): `model` is the
+alias the client asked for, and the usage carries its cost and the cached tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from decimal import Decimal
 
 import msgspec
 
@@ -20,7 +22,14 @@ from gateway.providers.base import (
     UpstreamResponse,
 )
 from gateway.providers.cache_hints import apply_openai_hints, hint_mode
-from gateway.providers.openai_wire import ErrorEnvelope, ErrorObject, Metered, Usage
+from gateway.providers.openai_wire import (
+    ErrorEnvelope,
+    ErrorObject,
+    Metered,
+    Usage,
+    with_model,
+    with_usage_members,
+)
 from gateway.providers.upstream_errors import UpstreamErrorDetail, bad_response, classify_status
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
 from gateway.settings import Provider
@@ -42,6 +51,23 @@ def token_usage(usage: Usage) -> TokenUsage:
 
 def sse_frame(data: bytes) -> bytes:
     return b"data: " + data + b"\n\n"
+
+
+def alias_of(call: UpstreamCall) -> bytes | None:
+    """The model the client asked for, as the JSON string a reply's `model` is set to."""
+    alias = call.body.get("model")
+    return msgspec.json.encode(alias) if isinstance(alias, str) else None
+
+
+def lacks_cached_tokens(call: UpstreamCall, usage: Usage) -> bool:
+    """Whether usage.prompt_tokens_details.cached_tokens is to be added (embeddings have none)."""
+    details = usage.prompt_tokens_details
+    return call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None)
+
+
+def priced(call: UpstreamCall, usage: TokenUsage | None) -> Decimal | None:
+    """What trusted counts cost at the call's tariff: usage.cost, and the usage record's cost."""
+    return None if usage is None or call.tariff is None else call.tariff.cost(usage)
 
 
 class OpenAIAdapter:
@@ -75,39 +101,27 @@ class OpenAIAdapter:
             raise bad_response("not a JSON object") from None
         if metered.error is not None and metered.choices is None:
             raise _stream_or_body_error(metered.error)
+        alias = call.body.get("model")
+        if isinstance(alias, str) and isinstance(metered.model, str) and metered.model != alias:
+            body = with_model(body, msgspec.json.encode(alias))
         if metered.usage is None:
             return UpstreamResponse(body=body, usage=None)
-        details = metered.usage.prompt_tokens_details
-        if call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None):
-            body = _with_cached_tokens(body)
+        cached = lacks_cached_tokens(call, metered.usage)
         try:
             usage = token_usage(metered.usage)
-        except UntrustedUsage as exc:  # the answer itself is served as it came
-            return UpstreamResponse(body=body, usage=None, untrusted_usage=str(exc))
-        return UpstreamResponse(body=body, usage=usage)
+        except UntrustedUsage as exc:  # the answer itself is served as it came, with no cost
+            return UpstreamResponse(
+                body=with_usage_members(body, None, cached), usage=None, untrusted_usage=str(exc)
+            )
+        cost = priced(call, usage)
+        body = with_usage_members(body, None if cost is None else format(cost, "f"), cached)
+        return UpstreamResponse(body=body, usage=usage, cost=cost)
 
     def stream_translator(self, call: UpstreamCall) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator(call)
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return classify_status(status, openai_error_detail(body), headers)
-
-
-def _skip_space(body: bytes, at: int) -> int:
-    while at < len(body) and body[at] in _SPACE:
-        at += 1
-    return at
-
-
-def _object_after(body: bytes, at: int) -> int:
-    """Where the members start of the object that `: {` opens at `at` (whitespace allowed), or -1."""
-    at = _skip_space(body, at)
-    if at >= len(body) or body[at] != _COLON:
-        return -1
-    at = _skip_space(body, at + 1)
-    if at >= len(body) or body[at] != _OPEN:
-        return -1
-    return at + 1
 
 
 def openai_error_detail(body: bytes) -> UpstreamErrorDetail:
@@ -130,41 +144,16 @@ def _stream_or_body_error(error: ErrorObject | str) -> UpstreamError:
     return UpstreamError(f"the upstream reported an error: {message or 'no message'}")
 
 
-_CACHED_DETAILS = b'"prompt_tokens_details":{"cached_tokens":0}'
-_SPACE = frozenset(b" \t\n\r")  # JSON's whitespace
-_COLON, _OPEN, _CLOSE = ord(":"), ord("{"), ord("}")
-
-
-def _with_cached_tokens(body: bytes) -> bytes:
-    """The body with `usage.prompt_tokens_details.cached_tokens` (0) added.
-
-    Servers that leave it out (vLLM, most OpenAI-compatible ones) send it on every response, so
-    the member is spliced in after `"usage":{` when that opening is the body's only one and no
-    `prompt_tokens_details` follows it: JSON escapes every quote inside a string, so the bytes
-    `"usage":{` can only open an object under that key. Anything else is decoded and re-encoded.
-    (The caller found a top-level `usage` object, so `"usage"` is in the body.)"""
-    first = body.find(b'"usage"')
-    # (a member of usage comes after its key: the rest of the body is where to look for one)
-    if body.find(b'"usage"', first + 1) == -1 and body.find(b'"prompt_tokens_details"', first) == -1:
-        opening = _object_after(body, first + len(b'"usage"'))
-        if opening != -1:
-            inside = _skip_space(body, opening)
-            if inside < len(body) and body[inside] == _CLOSE:  # "usage": {}
-                return b"".join((body[:first], b'"usage":{', _CACHED_DETAILS, b"}", body[inside + 1 :]))
-            return b"".join((body[:opening], _CACHED_DETAILS, b",", body[opening:]))
-    document: dict[str, Any] = msgspec.json.decode(body)
-    usage = document["usage"]
-    details = usage.get("prompt_tokens_details")
-    usage["prompt_tokens_details"] = {**(details if isinstance(details, dict) else {}), "cached_tokens": 0}
-    return msgspec.json.encode(document)
-
-
 class OpenAIStreamTranslator:
-    """Passes OpenAI chunks through verbatim; notes usage and drops the usage chunk if unwanted."""
+    """Passes OpenAI chunks through verbatim, `model` set to the alias; notes usage, prices it, and
+    drops the usage chunk if unwanted."""
 
     def __init__(self, call: UpstreamCall) -> None:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
+        self.cost: Decimal | None = None  # what `usage` costs (gateway.providers.base.stream_cost)
+        self._call = call
+        self._alias = alias_of(call)
         self._drop_usage_chunk = not call.client_wants_usage
         self._done = False
 
@@ -180,6 +169,10 @@ class OpenAIStreamTranslator:
                 self._note_usage(chunk.usage)
                 if self._drop_usage_chunk and not chunk.choices:
                     return []
+                cost = None if self.cost is None else format(self.cost, "f")
+                data = with_usage_members(data, cost, lacks_cached_tokens(self._call, chunk.usage))
+        if self._alias is not None:
+            data = with_model(data, self._alias)
         return [sse_frame(data)]
 
     def finish(self) -> list[bytes]:
@@ -190,6 +183,7 @@ class OpenAIStreamTranslator:
             self.usage, self.untrusted_usage = token_usage(usage), None
         except UntrustedUsage as exc:
             self.usage, self.untrusted_usage = None, str(exc)
+        self.cost = priced(self._call, self.usage)
 
 
 def _may_carry_usage(data: bytes) -> bool:

@@ -20,6 +20,7 @@ from gateway.errors import GatewayError, QueueFull, QueueTimeout
 from gateway.limits import Limiter, Reservation, Reservations
 from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
+from gateway.proxy.correlation import read_correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import Completed, ProxyContext, ProxyService
@@ -56,6 +57,7 @@ def gateway_headers(
         "x-request-id": request_id,
         "x-gateway-provider": deployment.provider.name,
         "x-gateway-region": deployment.region,
+        "x-gateway-upstream-model": deployment.upstream_model,
         "x-gateway-overhead-ms": f"{overhead_s * 1000:.3f}",
         "x-gateway-queue-ms": f"{queue_s * 1000:.3f}",
     }
@@ -132,7 +134,15 @@ class ProxyPipeline:
             allowed.prompt_tokens,
             allowed.prompt_tokens + allowed.completion_tokens,
         )
-        ctx = ProxyContext(exchange.request_id, principal, parsed, directives, ticket, admission=admission)
+        ctx = ProxyContext(
+            exchange.request_id,
+            principal,
+            parsed,
+            directives,
+            ticket,
+            admission=admission,
+            correlation=read_correlation(headers),
+        )
         outcome: OpenStream | Completed
         try:
             if parsed.stream:
@@ -142,6 +152,8 @@ class ProxyPipeline:
         except BaseException as exc:  # a cancelled request too: its reservation must not linger
             if isinstance(exc, GatewayError):
                 exc.headers = admission.headers | queue_header(ctx.attempts.queue_s) | exc.headers
+                if ctx.deployment is not None:  # routed: where it was to be served
+                    exc.headers["x-gateway-upstream-model"] = ctx.deployment.upstream_model
             if isinstance(exc, (QueueFull, QueueTimeout)) and ctx.deployment is not None:
                 self.metrics.requests_shed.labels(ctx.deployment.provider.name, exc.code).inc()
             if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
@@ -154,4 +166,6 @@ class ProxyPipeline:
             return ProxyResult(
                 answer | SSE_HEADERS | admission.headers, stream=self.proxy.relay(ctx, outcome)
             )
+        if outcome.cost is not None:  # (a stream's headers go out before its cost is known)
+            answer["x-gateway-cost"] = outcome.cost
         return ProxyResult(answer | admission.headers, body=outcome.response.body)

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 import structlog
@@ -30,8 +31,15 @@ from gateway.errors import (
 from gateway.limits.limiter import Admission
 from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse, estimated_tokens
+from gateway.providers.base import (
+    TokenUsage,
+    UpstreamCall,
+    UpstreamResponse,
+    estimated_tokens,
+    stream_cost,
+)
 from gateway.providers.cache_hints import derive_cache_key
+from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
@@ -100,12 +108,14 @@ class ProxyContext:
     attempts: Attempts = field(default_factory=Attempts)
     deployment: Deployment | None = None
     moved: bool = False  # this request has followed its batch's pin to a new deployment
+    correlation: Correlation = NO_CORRELATION  # the client's own request id and trace context
 
 
 @dataclass(frozen=True, slots=True)
 class Completed:
     deployment: Deployment
     response: UpstreamResponse
+    cost: str | None = None  # the record's cost as a decimal string, when the counts were the upstream's
 
 
 class ProxyService:
@@ -194,6 +204,7 @@ class ProxyService:
             chat=parsed.chat,
             cache_key=cache_key,
             tariff=deployment.tariff,
+            trace_headers=ctx.correlation.upstream_headers,
         )
 
     # --- dispatch ---------------------------------------------------------------------------
@@ -242,12 +253,15 @@ class ProxyService:
             await self._meter_failure(ctx, exc)
             raise
         assert ctx.deployment is not None
-        usage, source = response.usage, UsageSource.UPSTREAM
+        usage, source, cost = response.usage, UsageSource.UPSTREAM, response.cost
         if response.untrusted_usage is not None:  # counts that cannot be true: the gateway's own
             _distrust(ctx, ctx.deployment, response.untrusted_usage)
             usage, source = self._estimate(ctx, estimated_tokens(len(response.body))), UsageSource.ESTIMATED
-        await self._meter(ctx, ctx.deployment, 200, usage, source)
-        return Completed(ctx.deployment, response)
+            cost = None  # priced from the estimate, and said in no header
+        elif usage is not None and cost is None:  # an adapter that does not price its answers
+            cost = ctx.deployment.tariff.cost(usage)
+        await self._meter(ctx, ctx.deployment, 200, usage, source, cost=cost)
+        return Completed(ctx.deployment, response, None if cost is None else format(cost, "f"))
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
         try:
@@ -267,15 +281,16 @@ class ProxyService:
         """The usage record of a stream that has ended: upstream counts, or estimated without them
         (from the bytes received, for a stream cut at the response cap)."""
         usage, source = stream.translator.usage, UsageSource.UPSTREAM
+        cost = stream_cost(stream.translator)  # what its usage chunk said, for the same counts
         if stream.translator.untrusted_usage is not None:
             _distrust(ctx, stream.deployment, stream.translator.untrusted_usage)
         if usage is None:
             oversized = error_code == UpstreamTooLarge.code
             completion = estimated_tokens(stream.received) if oversized else stream.frames_sent
-            usage, source = self._estimate(ctx, completion), UsageSource.ESTIMATED
+            usage, source, cost = self._estimate(ctx, completion), UsageSource.ESTIMATED, None
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
-        await self._meter(ctx, stream.deployment, status, usage, source, error_code)
+        await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost)
 
     # --- metering ---------------------------------------------------------------------------
 
@@ -312,7 +327,10 @@ class ProxyService:
         usage: TokenUsage | None,
         source: UsageSource,
         error_code: str | None = None,
+        cost: Decimal | None = None,
     ) -> None:
+        """Record the request's usage event, and log its line. `cost`: what the answer already
+        said `usage` costs (its usage.cost), so that the record holds the very same amount."""
         tokens = usage or TokenUsage()
         endpoint = ctx.parsed.endpoint.value
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
@@ -337,12 +355,13 @@ class ProxyService:
             cached_tokens=tokens.cached_tokens,
             cache_write_tokens=tokens.cache_write_tokens,
             usage_source=source if usage is not None else UsageSource.NONE,
-            cost=deployment.tariff.cost(tokens),
+            cost=deployment.tariff.cost(tokens) if cost is None else cost,
             uncached_cost=deployment.tariff.uncached_cost(tokens),
             latency_ms=latency_ms,
             ttft_ms=milliseconds(ctx.attempts.ttft_s) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,
             queue_ms=milliseconds(ctx.attempts.queue_s),
+            client_request_id=ctx.correlation.client_request_id,
         )
         if self._settle is None:
             await self._usage.append(event)
@@ -372,5 +391,7 @@ class ProxyService:
                 "completion_tokens": completion_tokens,
                 "latency_ms": latency_ms,
                 "error": error_code,
+                "client_request_id": ctx.correlation.client_request_id,
+                "trace_id": ctx.correlation.trace_id,
             }
         )

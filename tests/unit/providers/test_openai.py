@@ -103,7 +103,7 @@ COMPLETION: dict[str, Any] = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
     "created": 1700000000,
-    "model": "upstream-model",
+    "model": "alias",  # as the client asked: an answer naming it needs no change for its model
     "choices": [
         {
             "index": 0,
@@ -173,12 +173,18 @@ def test_error_object_with_200_is_an_upstream_error() -> None:
 
 def chunk(content: str) -> bytes:
     choice = {"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": None}
-    document = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]}
+    document = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "alias",
+        "choices": [choice],
+    }
     return json.dumps(document).encode()
 
 
 USAGE_CHUNK = (
-    b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],'
+    b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"alias","choices":[],'
     b'"usage":{"prompt_tokens":20,"completion_tokens":3,"total_tokens":23,'
     b'"prompt_tokens_details":{"cached_tokens":16}}}'
 )
@@ -217,11 +223,18 @@ def test_stream_chunks_with_null_usage_are_not_decoded() -> None:
 
 
 def test_a_delta_of_just_the_word_usage_does_not_hide_the_counts() -> None:
-    translator = ADAPTER.stream_translator(call({**BODY, "stream": True}))
+    translator = ADAPTER.stream_translator(call({**BODY, "stream": True}, client_wants_usage=True))
     data = (
         chunk("usage")[:-1] + b', "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}'
     )
-    assert translator.feed(data) == [b"data: " + data + b"\n\n"]
+    [payload] = sse_payloads(translator.feed(data))
+    assert payload["choices"][0]["delta"] == {"content": "usage"}
+    assert payload["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 1,
+        "total_tokens": 6,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert translator.usage == TokenUsage(prompt_tokens=5, completion_tokens=1)
 
 
