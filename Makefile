@@ -61,5 +61,10 @@ bench-scheduling: $(STAMP)
 bench-jobs: $(STAMP)
 	$(BIN)/python -m bench.batch_jobs $(SCENARIOS)
 
+## Usage reports at 1,000,000 records (bench/usage_scale): report queries, console pages, the writer's rate.
+.PHONY: bench-usage
+bench-usage: $(STAMP)
+	$(BIN)/python -m bench.usage_scale $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) data build .pytest_cache .mypy_cache .ruff_cache

@@ -8,8 +8,6 @@ from contextlib import asynccontextmanager
 import structlog
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
@@ -24,6 +22,7 @@ from gateway.api.error_replies import (
 from gateway.api.files import FILE_HANDLERS
 from gateway.api.messages import MESSAGES_HANDLERS
 from gateway.api.openai import OPENAI_HANDLERS
+from gateway.api.openapi_config import openapi_config
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.responses import RESPONSES_HANDLERS
@@ -116,12 +115,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         },
         request_max_body_size=settings.catalog.limits.max_body_bytes,
         logging_config=None,  # the gateway's own (gateway.logs): no handler of Litestar's on the root logger
-        openapi_config=OpenAPIConfig(
-            title="gateway",
-            version="0.1.0",
-            path="/schema",
-            render_plugins=[JsonRenderPlugin(), SwaggerRenderPlugin()],
-        ),
+        openapi_config=openapi_config(title="gateway", version="0.1.0"),
         template_config=console_templates(),
         debug=False,
     )

@@ -166,6 +166,9 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
     for noisy in ("httpx", "httpcore"):  # one line per upstream request would repeat our own log
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # aiosqlite's debug lines print every statement with its parameters (a usage filter's values):
+    # never, whatever level the root logger is set to
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 
 class StdlibLines(logging.Handler):

@@ -2,12 +2,16 @@
 
 Text without control characters, ISO dates and datetimes the calendar and UTC can hold, page sizes
 within their bounds: anything else is a 400 naming the parameter, never a database error.
+`documented_query` says the same in the OpenAPI document.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime
+from typing import Any
+
+from litestar.params import QueryParameter
 
 from gateway.errors import InvalidRequest
 
@@ -65,3 +69,12 @@ def page_size(value: str | None, name: str, *, default: int, maximum: int) -> in
     if not (value.isascii() and value.isdecimal() and len(value) <= 10) or not 1 <= int(value) <= maximum:
         raise InvalidRequest(f"`{name}` must be an integer from 1 to {maximum}.", param=name)
     return int(value)
+
+
+def documented_query(description: str, *, name: str | None = None, **schema: Any) -> QueryParameter:
+    """A query parameter's OpenAPI entry: a string (a query string has no null), at most MAX_TEXT
+    characters, with `schema`'s JSON Schema keywords. Documentation only: the handler receives the
+    raw text and checks it with the functions above, so that a bad value is answered with the
+    OpenAI error naming it rather than with Litestar's own validation error."""
+    keywords = {"type": "string", "maxLength": MAX_TEXT} | schema
+    return QueryParameter(name=name, description=description, schema_extra={"oneOf": None, **keywords})

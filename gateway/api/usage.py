@@ -14,14 +14,15 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, Response, get
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromQuery, QueryParameter
 
 from gateway.api.admin.guards import require_admin
-from gateway.api.openapi_bodies import documented
-from gateway.api.query_params import moment_param, page_size, text_param
+from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.query_params import documented_query, moment_param, page_size, text_param
 from gateway.errors import InvalidRequest
 from gateway.metering.reports import (
+    GROUP_FIELDS,
     ROW_FIELD,
+    UsageEventRow,
     UsageQuery,
     UsageRow,
     parse_group_by,
@@ -34,7 +35,20 @@ from gateway.services import services_of
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 
-Format = Annotated[str | None, QueryParameter(name="format", description="json (default) or csv")]
+Format = Annotated[
+    str | None,
+    documented_query("The answer's format: json (default) or csv.", name="format", enum=["json", "csv"]),
+]
+MOMENT = {"examples": ["2026-11-01", "2026-11-01T12:00:00Z"]}
+FIELDS = ", ".join(GROUP_FIELDS)
+
+
+class UsageEventPage(msgspec.Struct, kw_only=True):
+    """A page of GET /admin/usage/events, as its OpenAPI schema describes it."""
+
+    object: str = "list"
+    data: list[UsageEventRow]
+    next_cursor: str | None
 
 
 def _encode(value: Any) -> Any:
@@ -77,17 +91,23 @@ class ReportParams:
 
 
 def report_params(
-    start: Annotated[str | None, QueryParameter(description="ISO date or datetime, inclusive")] = None,
-    end: Annotated[str | None, QueryParameter(description="ISO date or datetime, exclusive")] = None,
+    start: Annotated[
+        str | None,
+        documented_query("From this moment, inclusive: an ISO date (midnight UTC) or datetime.", **MOMENT),
+    ] = None,
+    end: Annotated[
+        str | None,
+        documented_query("Up to this moment, exclusive: an ISO date (midnight UTC) or datetime.", **MOMENT),
+    ] = None,
     group_by: Annotated[
         str | None,
-        QueryParameter(description="comma-separated: team, key, model, provider, region, batch, day"),
+        documented_query(f"Comma-separated, any of: {FIELDS} (UTC days).", examples=["team,model", "day"]),
     ] = None,
-    team_id: FromQuery[str | None] = None,
-    key_id: FromQuery[str | None] = None,
-    model: FromQuery[str | None] = None,
-    provider: FromQuery[str | None] = None,
-    batch: FromQuery[str | None] = None,
+    team_id: Annotated[str | None, documented_query("Only this team's usage.")] = None,
+    key_id: Annotated[str | None, documented_query("Only this API key's usage.")] = None,
+    model: Annotated[str | None, documented_query("Only this model (the name clients send).")] = None,
+    provider: Annotated[str | None, documented_query("Only this provider's deployments.")] = None,
+    batch: Annotated[str | None, documented_query("Only this batch id's usage.")] = None,
 ) -> ReportParams:
     return ReportParams(start, end, group_by, team_id, key_id, model, provider, batch)
 
@@ -132,14 +152,35 @@ async def admin_usage(
     return await _report(request, params.query(), output)
 
 
-@get("/admin/usage/events", operation_class=documented(), dependencies=REPORT_PARAMS)
+def _event(row: UsageEventRow) -> dict[str, Any]:
+    """A record as served: money as plain decimal strings (msgspec would write `1E-8` for a tiny cost)."""
+    shown = msgspec.structs.asdict(row)
+    shown["cost"], shown["uncached_cost"] = format(row.cost, "f"), format(row.uncached_cost, "f")
+    return shown
+
+
+@get(
+    "/admin/usage/events",
+    operation_class=documented(response=json_schema(UsageEventPage)),
+    dependencies=REPORT_PARAMS,
+)
 async def admin_usage_events(
     request: Request,
     params: NamedDependency[ReportParams],
     limit: Annotated[
-        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+        str | None,
+        documented_query(
+            "Records per page.",
+            type="integer",
+            maxLength=None,
+            minimum=1,
+            maximum=MAX_PAGE,
+            default=DEFAULT_PAGE,
+        ),
     ] = None,
-    cursor: Annotated[str | None, QueryParameter(description="the next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None, documented_query("The `next_cursor` of the previous page; absent for the first page.")
+    ] = None,
 ) -> Response[bytes]:
     require_admin(request, services_of(request).settings.admin_key)
     query = params.query()
@@ -147,7 +188,7 @@ async def admin_usage_events(
     after = text_param(cursor, "cursor")
     async with services_of(request).sessions() as session:
         rows, next_cursor = await usage_events(session, query, after, size)
-    return _json({"object": "list", "data": rows, "next_cursor": next_cursor})
+    return _json({"object": "list", "data": [_event(row) for row in rows], "next_cursor": next_cursor})
 
 
 @get("/v1/gateway/usage", operation_class=documented(), dependencies=REPORT_PARAMS)

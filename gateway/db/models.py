@@ -1,15 +1,16 @@
-"""Tables: teams, their API keys (hashes only), one usage record per upstream request, and the
-usage events the database refused (dead letters); the Files and Batch APIs' files, jobs and their
-lines."""
+"""Tables: teams, their API keys (hashes only), one usage record per upstream request and their
+daily totals, the usage events the database refused (dead letters); the Files and Batch APIs'
+files, jobs and their lines."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from gateway.db.base import Base
 
 Money = Numeric(20, 10)
+MoneyUnits = Numeric(30, 0)  # a sum of Money in its smallest unit
 
 
 class Team(Base):
@@ -69,7 +71,10 @@ class UsageRecord(Base):
     __table_args__ = (
         Index("ix_usage_records_team_created", "team_id", "created_at"),
         Index("ix_usage_records_created", "created_at"),
-        Index("ix_usage_records_batch", "team_id", "batch_id"),
+        # created_at included: a team's batches and their first and last records, from the index alone
+        Index("ix_usage_records_batch", "team_id", "batch_id", "created_at"),
+        Index("ix_usage_records_key_created", "key_id", "created_at"),
+        Index("ix_usage_records_batch_created", "batch_id", "created_at"),  # a batch's records, any team
     )
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -98,6 +103,33 @@ class UsageRecord(Base):
     error_code: Mapped[str | None] = mapped_column(String(64), default=None)
     # the wait in the gateway's queue; None for records from before it was kept
     queue_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
+    # the client's own X-Request-ID (1-128 printable ASCII characters), when it sent one
+    client_request_id: Mapped[str | None] = mapped_column(String(128), default=None)
+
+
+class UsageDaily(Base):
+    """The records' totals per UTC day and (team, key, model, provider, region, batch): what the
+    reports read for whole days. Kept by database triggers on usage_records (migration 0007), in
+    the statement that inserts, deletes or updates the records, so it always adds up to them."""
+
+    __tablename__ = "usage_daily"
+    __table_args__ = (Index("ix_usage_daily_team_day", "team_id", "day"),)
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    team_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(200), primary_key=True)
+    region: Mapped[str] = mapped_column(String(100), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(String(128), primary_key=True)  # "" for none: never NULL in a key
+    requests: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    # whole units of 1e-10 USD (the records' money scale): integers, exact on SQLite too
+    cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
+    uncached_cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
 
 
 class UsageDeadLetter(Base):

@@ -1,9 +1,12 @@
 """Usage reports computed from `usage_records`: grouped totals, raw records page by page, batch
 totals, and a team's batches (the batch ids of its records and its batch jobs) page by page.
 
-Used by the admin API, `/v1/gateway/usage`, the batch endpoint and `gateway usage`. Money stays
-`Decimal` end to end; on SQLite, where NUMERIC is stored as a double, money is summed as whole
-units of 1e-10 USD (the column's scale), which is exact.
+Used by the admin API, `/v1/gateway/usage`, the batch endpoint, the console and `gateway usage`.
+A report reads whole UTC days from `usage_daily` (the records' daily totals, kept by triggers in the
+statements that write the records: migration 0007) and the records themselves only for the parts of
+a day its start or end cuts, so it is the sum of the records exactly, whatever the range. Money is
+summed as whole units of 1e-10 USD (the column's scale), exact on SQLite too (where NUMERIC is
+stored as a double), and given back as `Decimal`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import csv
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
@@ -24,6 +27,7 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Integer,
+    Numeric,
     Select,
     String,
     Subquery,
@@ -39,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.db.models import BatchJob, UsageRecord
+from gateway.db.models import BatchJob, UsageDaily, UsageRecord
 from gateway.errors import InvalidRequest
 from gateway.metering.pricing import money_str
 
@@ -61,6 +65,7 @@ MONEY_SCALE = 10  # usage_records money columns are NUMERIC(20, 10)
 _RequestId = Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 _records: Table = UsageRecord.__table__  # type: ignore[assignment]
+_daily: Table = UsageDaily.__table__  # type: ignore[assignment]
 _jobs: Table = BatchJob.__table__  # type: ignore[assignment]
 
 
@@ -123,6 +128,7 @@ class UsageEventRow(msgspec.Struct, kw_only=True):
     ttft_ms: float | None
     error_code: str | None
     queue_ms: float | None  # the wait in the gateway's queue; None for records from before it was kept
+    client_request_id: str | None = None  # the client's own X-Request-ID
 
 
 class BatchTotals(msgspec.Struct, kw_only=True):
@@ -163,12 +169,57 @@ def parse_group_by(text: str | None) -> tuple[GroupField, ...]:
 async def usage_report(session: AsyncSession, query: UsageQuery) -> list[UsageRow]:
     """Totals per group, ordered by the group-by fields (no group_by: one row of grand totals)."""
     dialect = session.get_bind().dialect.name
-    groups = [_group_column(field, dialect) for field in query.group_by]
-    statement = select(*groups, *_totals(dialect)).where(*_conditions(query))
+    days, stretches = split_range(query.start, query.end)
+    pieces = [_record_totals(query, stretch, dialect) for stretch in stretches]
+    if days is not None:
+        pieces.append(_daily_totals(query, days, dialect))
+    if len(pieces) == 1:  # grouped already: the usual case, whole days or part of one
+        statement = pieces[0]
+        groups: list[ColumnElement[Any]] = list(statement.selected_columns)[: len(query.group_by)]
+    else:  # the pieces' totals per group, added up
+        both = union_all(*pieces).subquery()
+        groups = [both.c[ROW_FIELD[field]] for field in query.group_by]
+        statement = select(*groups, *(_summed(both.c[name], name) for name in _SUMMED))
+        statement = statement.group_by(*groups) if groups else statement
     if groups:
-        statement = statement.group_by(*groups).order_by(*(group.asc().nulls_first() for group in groups))
-    result = await session.execute(statement)
-    return [_usage_row(row, query.group_by, dialect) for row in result.mappings()]
+        statement = statement.order_by(*(group.asc().nulls_first() for group in groups))
+    return _usage_rows((await session.execute(statement)).all(), query.group_by)
+
+
+# Whole UTC days from one (inclusive) to another (exclusive); None: unbounded on that side.
+DayRange = tuple[date | None, date | None]
+# A stretch of time, start inclusive and end exclusive; None: unbounded on that side.
+Stretch = tuple[datetime | None, datetime | None]
+
+
+def split_range(start: datetime | None, end: datetime | None) -> tuple[DayRange | None, list[Stretch]]:
+    """A report's range as the whole UTC days in it (None: none) and the stretches of cut days
+    on either side of them (empty when the range starts and ends at midnight UTC)."""
+    start = None if start is None else _as_utc(start)
+    end = None if end is None else _as_utc(end)
+    first = None if start is None else _midnight_from(start)
+    last = None if end is None else datetime.combine(end.date(), time(), UTC)
+    if start is not None and first is None:  # within the last day a datetime holds
+        return None, [(start, end)]
+    if first is not None and last is not None and first >= last:  # no whole day in it
+        return None, [(start, end)]
+    stretches: list[Stretch] = []
+    if start is not None and first is not None and start < first:
+        stretches.append((start, first))
+    if end is not None and last is not None and last < end:
+        stretches.append((last, end))
+    return (None if first is None else first.date(), None if last is None else last.date()), stretches
+
+
+def _midnight_from(moment: datetime) -> datetime | None:
+    """The first midnight UTC at or after `moment`; None past the last one a datetime holds."""
+    midnight = datetime.combine(moment.date(), time(), UTC)
+    if midnight == moment:
+        return midnight
+    try:
+        return midnight + timedelta(days=1)
+    except OverflowError:
+        return None
 
 
 async def batch_totals(
@@ -190,6 +241,8 @@ async def usage_events(
     if cursor is not None:
         after_time, after_id = decode_cursor(cursor)
         created, request_id = _records.c.created_at, _records.c.request_id
+        # the bound alone is what an index on created_at can start the page from
+        conditions.append(created >= after_time)
         conditions.append(or_(created > after_time, and_(created == after_time, request_id > after_id)))
     statement = (
         select(_records)
@@ -305,21 +358,61 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 def _conditions(query: UsageQuery) -> list[ColumnElement[bool]]:
     c = _records.c
-    conditions: list[ColumnElement[bool]] = []
+    conditions = _filters(_records, query)
     if query.start is not None:
         conditions.append(c.created_at >= _as_utc(query.start))
     if query.end is not None:
         conditions.append(c.created_at < _as_utc(query.end))
+    return conditions
+
+
+def _filters(table: Table, query: UsageQuery) -> list[ColumnElement[bool]]:
+    """The report's filters on usage_records or usage_daily (both name the columns alike)."""
+    c = table.c
+    conditions: list[ColumnElement[bool]] = []
     for column, wanted in (
         (c.team_id, query.team_id),
         (c.key_id, query.key_id),
         (c.model, query.model),
         (c.provider, query.provider),
-        (c.batch_id, query.batch),
+        (c.batch_id, query.batch),  # never "", the daily totals' "no batch"
     ):
         if wanted is not None:
             conditions.append(column == wanted)
     return conditions
+
+
+# A piece of a report: its groups, then these totals (money in whole units of 1e-10 USD).
+_SUMMED = (*TOTAL_FIELDS, "cost_units", "uncached_cost_units")
+
+
+def _record_totals(query: UsageQuery, stretch: Stretch, dialect: str) -> Select[Any]:
+    """The report's groups and totals over the records of one stretch of time."""
+    c = _records.c
+    conditions = _filters(_records, query)
+    if stretch[0] is not None:
+        conditions.append(c.created_at >= stretch[0])
+    if stretch[1] is not None:
+        conditions.append(c.created_at < stretch[1])
+    groups = [_group_column(field, dialect) for field in query.group_by]
+    tokens = [_summed(c[name], name) for name in TOTAL_FIELDS[1:]]
+    money = [_money_units(c[name], dialect).label(f"{name}_units") for name in ("cost", "uncached_cost")]
+    statement = select(*groups, func.count().label("requests"), *tokens, *money).where(*conditions)
+    return statement.group_by(*groups) if groups else statement
+
+
+def _daily_totals(query: UsageQuery, days: DayRange, dialect: str) -> Select[Any]:
+    """The report's groups and totals over whole days, from usage_daily."""
+    d = _daily.c
+    conditions = _filters(_daily, query)
+    if days[0] is not None:
+        conditions.append(d.day >= days[0])
+    if days[1] is not None:
+        conditions.append(d.day < days[1])
+    groups = [_daily_group_column(field, dialect) for field in query.group_by]
+    totals = [_summed(d[name], name) for name in _SUMMED]
+    statement = select(*groups, *totals).where(*conditions)
+    return statement.group_by(*groups) if groups else statement
 
 
 def _group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
@@ -331,35 +424,53 @@ def _group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
     return func.date(created).label("day")  # SQLite stores the UTC wall time as text
 
 
-def _totals(dialect: str) -> list[ColumnElement[Any]]:
-    c = _records.c
-    tokens = [func.coalesce(func.sum(c[name]), 0).label(name) for name in TOTAL_FIELDS[1:]]
-    return [
-        func.count().label("requests"),
-        *tokens,
-        _money_sum(c.cost, dialect).label("cost"),
-        _money_sum(c.uncached_cost, dialect).label("uncached_cost"),
-    ]
+def _daily_group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
+    d = _daily.c
+    if field == "batch":
+        return func.nullif(d.batch_id, "").label("batch_id")
+    if field != "day":
+        return d[ROW_FIELD[field]].label(ROW_FIELD[field])
+    if dialect == "postgresql":
+        return func.to_char(d.day, "YYYY-MM-DD").label("day")
+    return cast(d.day, String).label("day")  # SQLite keeps a date as its ISO text
 
 
-def _money_sum(column: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
-    if dialect == "sqlite":  # a double per row: round each to whole 1e-10 USD units, sum integers
-        units = cast(func.round(column * 10**MONEY_SCALE), Integer)
-        return func.coalesce(func.sum(units), 0)
-    return func.coalesce(func.sum(column), 0)
+def _summed(column: ColumnElement[Any], name: str) -> ColumnElement[Any]:
+    """A total as the driver gives back a whole number: an int for a count, an integral Decimal
+    for money units (PostgreSQL sums BIGINT as NUMERIC); 0 over no rows."""
+    whole = _UNITS if name.endswith("_units") else BigInteger()
+    return cast(func.coalesce(func.sum(column), 0), whole).label(name)
 
 
-def _money(value: Any, dialect: str) -> Decimal:
-    if dialect == "sqlite":
-        return Decimal(int(value)).scaleb(-MONEY_SCALE)
-    return Decimal(value)
+_UNITS = Numeric(38, 0)
 
 
-def _usage_row(row: Any, group_by: tuple[GroupField, ...], dialect: str) -> UsageRow:
-    cost = _money(row["cost"], dialect)
-    values: dict[str, Any] = {ROW_FIELD[field]: row[ROW_FIELD[field]] for field in group_by}
-    values.update({name: int(row[name]) for name in TOTAL_FIELDS})
-    return UsageRow(**values, cost=cost, saving=_money(row["uncached_cost"], dialect) - cost)
+def _money_units(column: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
+    """The sum of a money column in whole units of 1e-10 USD."""
+    units: ColumnElement[Any]
+    if dialect == "sqlite":  # a double per row: round each to whole units, sum integers
+        units = func.sum(cast(func.round(column * 10**MONEY_SCALE), Integer))
+    else:
+        units = func.sum(column) * literal(10**MONEY_SCALE, BigInteger)
+    return cast(func.coalesce(units, 0), _UNITS)
+
+
+def _money(units: int | Decimal) -> Decimal:
+    return Decimal(units).scaleb(-MONEY_SCALE)
+
+
+def _usage_rows(rows: Sequence[Sequence[Any]], group_by: tuple[GroupField, ...]) -> list[UsageRow]:
+    """The rows of a report's statement: its groups, then the `_SUMMED` totals."""
+    names = [*(ROW_FIELD[field] for field in group_by), *TOTAL_FIELDS]
+    cost_at = len(names)
+
+    def usage_row(row: Sequence[Any]) -> UsageRow:
+        cost = _money(row[cost_at])
+        return UsageRow(
+            **dict(zip(names, row, strict=False)), cost=cost, saving=_money(row[cost_at + 1]) - cost
+        )
+
+    return [usage_row(row) for row in rows]
 
 
 def _event_row(row: Any) -> UsageEventRow:

@@ -67,6 +67,7 @@ async def test_a_database_error_is_logged_without_the_statements_values(
     engine = create_engine(database_url)
     async with engine.begin() as conn:  # the report's query now fails in the database
         await conn.execute(text("DROP TABLE usage_records"))
+        await conn.execute(text("DROP TABLE usage_daily"))
     await engine.dispose()
     with caplog.at_level(logging.DEBUG):
         response = await gw.client.get(
