@@ -36,7 +36,7 @@ async def stored(sessions: Sessions) -> list[UsageRecord]:
         return list((await session.scalars(select(UsageRecord).order_by(UsageRecord.created_at))).all())
 
 
-async def eventually(condition: Callable[[], object], timeout_s: float = 10) -> None:
+async def eventually(condition: Callable[[], object], timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
