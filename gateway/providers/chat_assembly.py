@@ -14,33 +14,9 @@ from typing import Any
 import msgspec
 
 from gateway.errors import UpstreamError
+from gateway.providers.chat_chunks import ChunkChoice, Delta
 from gateway.providers.openai_wire import ErrorObject
 from gateway.providers.upstream_errors import bad_response
-
-
-class _FunctionDelta(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int = 0
-    id: str | None = None
-    type: str | None = None
-    function: _FunctionDelta | None = None
-
-
-class _Delta(msgspec.Struct):
-    role: str | None = None
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _ChunkChoice(msgspec.Struct):
-    index: int = 0
-    delta: _Delta | None = None
-    finish_reason: str | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -49,7 +25,7 @@ class _Chunk(msgspec.Struct):
     model: str | None = None
     system_fingerprint: str | None = None
     service_tier: str | None = None
-    choices: list[_ChunkChoice] = []
+    choices: list[ChunkChoice] = []
     usage: msgspec.Raw = msgspec.Raw(b"null")  # kept verbatim (msgspec.Raw takes no union)
     error: ErrorObject | str | None = None
 
@@ -74,7 +50,7 @@ class _Choice:
     tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
 
-    def add(self, delta: _Delta) -> bool:
+    def add(self, delta: Delta) -> bool:
         """Take one delta; True when it carried output (a token of content, refusal or a tool call)."""
         self.role = delta.role or self.role
         if delta.content is not None:

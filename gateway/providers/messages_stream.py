@@ -14,6 +14,7 @@ import msgspec
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import Pricing, StreamTranslator, TokenUsage
+from gateway.providers.chat_chunks import ChatChunk, Delta, FunctionDelta, ToolCallDelta
 from gateway.providers.messages_response import message_id, message_usage, stop_reason
 from gateway.providers.messages_sse import event_frame, final_frame
 from gateway.providers.upstream_errors import bad_response
@@ -35,35 +36,6 @@ from gateway.schemas.messages import (
 )
 
 _DONE = b"[DONE]"
-
-
-class _FunctionDelta(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int = 0
-    id: str | None = None
-    function: _FunctionDelta | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _ChunkChoice(msgspec.Struct):
-    index: int = 0
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-    stop_reason: Any = None  # vLLM and SGLang: the stop string that ended the text
-
-
-class _Chunk(msgspec.Struct):
-    id: str = ""
-    choices: list[_ChunkChoice] = []
 
 
 class TranslatedMessageStream:
@@ -118,12 +90,12 @@ class TranslatedMessageStream:
                 frames += self._chunk(_decode(data))
         return frames
 
-    def _chunk(self, chunk: _Chunk) -> list[bytes]:
-        frames = self._start(chunk.id)
+    def _chunk(self, chunk: ChatChunk) -> list[bytes]:
+        frames = self._start(chunk.id or "")
         for choice in chunk.choices:
             if choice.index != 0:
                 continue  # Messages has no `n`: only the first choice is told
-            delta = choice.delta or _Delta()
+            delta = choice.delta or Delta()
             text = delta.content or delta.refusal
             if delta.refusal:
                 self._refused = True
@@ -151,9 +123,9 @@ class TranslatedMessageStream:
             frames.append(event_frame(ContentBlockStart(index=self._open, content_block=TextOut(text=""))))
         return [*frames, event_frame(ContentBlockDelta(index=self._text_block, delta=TextDelta(text=text)))]
 
-    def _tool_call(self, call: _ToolCallDelta) -> list[bytes]:
+    def _tool_call(self, call: ToolCallDelta) -> list[bytes]:
         frames: list[bytes] = []
-        function = call.function or _FunctionDelta()
+        function = call.function or FunctionDelta()
         block = self._tool_blocks.get(call.index)
         if block is None:
             frames += self._close()
@@ -188,8 +160,8 @@ class TranslatedMessageStream:
         return [*frames, event_frame(delta), final_frame(MessageStop())]
 
 
-def _decode(data: bytes) -> _Chunk:
+def _decode(data: bytes) -> ChatChunk:
     try:
-        return msgspec.json.decode(data, type=_Chunk)
+        return msgspec.json.decode(data, type=ChatChunk)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a chat completion chunk") from None

@@ -20,6 +20,7 @@ from msgspec import UNSET
 
 from gateway.errors import UpstreamError
 from gateway.providers.base import StreamTranslator, TokenUsage, UpstreamCall
+from gateway.providers.chat_chunks import ChatChunk, Delta, FunctionDelta, ToolCallDelta
 from gateway.providers.responses_request import responses_request
 from gateway.providers.responses_response import IdSource, new_response, outcome, response_usage
 from gateway.providers.upstream_errors import bad_response
@@ -55,37 +56,6 @@ def event_frame(event: StreamEvent) -> bytes:
     """One SSE frame as OpenAI sends Responses events: the `event:` line names the type."""
     tag = type(event).__struct_config__.tag
     return b"event: " + str(tag).encode() + b"\ndata: " + msgspec.json.encode(event) + b"\n\n"
-
-
-# --- chat chunks, as far as the translation reads them -----------------------------------------
-
-
-class _FunctionDelta(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int = 0
-    id: str | None = None
-    function: _FunctionDelta | None = None
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCallDelta] | None = None
-
-
-class _Choice(msgspec.Struct):
-    index: int = 0
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    created: int | None = None
-    choices: list[_Choice] = []
 
 
 # --- the output items being streamed ------------------------------------------------------------
@@ -195,7 +165,7 @@ class ChatToResponsesStream:
         if payload == _DONE:
             return self._complete()
         try:
-            chunk = msgspec.json.decode(payload, type=_Chunk)
+            chunk = msgspec.json.decode(payload, type=ChatChunk)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("a stream chunk is not a chat completion chunk") from None
         events = self._start(chunk.created)
@@ -207,7 +177,7 @@ class ChatToResponsesStream:
             self._finish_reason = choice.finish_reason or self._finish_reason
         return events
 
-    def _delta(self, delta: _Delta) -> list[StreamEvent]:
+    def _delta(self, delta: Delta) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         if delta.content:
             events += self._text(delta.content, refusal=False)
@@ -271,10 +241,10 @@ class ChatToResponsesStream:
         )
         return events
 
-    def _tool_call(self, delta: _ToolCallDelta) -> list[StreamEvent]:
+    def _tool_call(self, delta: ToolCallDelta) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         call = self._calls.get(delta.index)
-        function = delta.function or _FunctionDelta()
+        function = delta.function or FunctionDelta()
         if call is None:
             # Chat streams one call after the other, after any text: the items before are complete.
             for earlier in self._items:
