@@ -7,7 +7,13 @@ from typing import Any
 from gateway.mockupstream import anthropic_format, count_tokens, openai_format, responses_format
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.cache import PromptCache, PromptUsage
-from gateway.mockupstream.generation import anthropic_forced_tool, generate, openai_forced_tool, output_tokens
+from gateway.mockupstream.generation import (
+    anthropic_forced_tool,
+    chat_structured_text,
+    generate,
+    openai_forced_tool,
+    output_tokens,
+)
 from gateway.mockupstream.openai_format import ReplyHeader
 from gateway.mockupstream.prompt import (
     PromptShape,
@@ -48,7 +54,9 @@ def chat(cache: PromptCache, route: Route, body: Body, behaviour: MockBehaviour)
     usage = _usage(cache, chat_prompt(body), behaviour)
     tokens, truncated = output_tokens(behaviour, body, "max_tokens", "max_completion_tokens")
     seed = f"{model}\x00{last_user_text(body['messages'])}"
-    generation = generate(seed, _choices(body), tokens, truncated, openai_forced_tool(body))
+    generation = generate(
+        seed, _choices(body), tokens, truncated, openai_forced_tool(body), chat_structured_text(body)
+    )
     head = ReplyHeader.new("chatcmpl-", model)
     if body.get("stream") is True:
         frames = openai_format.chat_stream(head, generation, usage, behaviour.chunks, _include_usage(body))

@@ -14,7 +14,7 @@ import msgspec
 
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.content import completion_words
-from gateway.mockupstream.schema_values import tool_arguments
+from gateway.mockupstream.schema_values import schema_value, tool_arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +48,36 @@ def output_tokens(behaviour: MockBehaviour, body: dict[str, Any], *limit_fields:
 
 
 def generate(
-    seed_text: str, count: int, tokens: int, truncated: bool, tool: ForcedTool | None = None
+    seed_text: str,
+    count: int,
+    tokens: int,
+    truncated: bool,
+    tool: ForcedTool | None = None,
+    structured: str | None = None,
 ) -> Generation:
+    """`structured`: the JSON every choice answers (structured output) instead of words."""
+    if structured is not None and tool is None:
+        return Generation([[structured] for _ in range(count)], tokens, truncated)
     choices = [completion_words(seed_text, tokens, salt=str(index)) for index in range(count)]
     return Generation(choices, tokens, truncated, tool)
+
+
+def structured_text(text_format: Any, schema: Any) -> str | None:
+    """The JSON answer a structured output format asks for: a value `schema` accepts for
+    json_schema, an empty object for json_object; None for plain text."""
+    kind = text_format.get("type") if isinstance(text_format, dict) else None
+    if kind == "json_schema":
+        return msgspec.json.encode(schema_value(schema)).decode()
+    if kind == "json_object":
+        return "{}"
+    return None
+
+
+def chat_structured_text(body: dict[str, Any]) -> str | None:
+    """`structured_text` of a chat request's `response_format` (its schema under `json_schema`)."""
+    response_format = body.get("response_format")
+    spec = response_format.get("json_schema") if isinstance(response_format, dict) else None
+    return structured_text(response_format, spec.get("schema") if isinstance(spec, dict) else None)
 
 
 def _named_tool(tools: list[Any], name: str | None, wrapped: bool) -> dict[str, Any] | None:

@@ -16,11 +16,11 @@ import msgspec
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.cache import PromptCache, PromptUsage
 from gateway.mockupstream.content import split_pieces
-from gateway.mockupstream.generation import ForcedTool, Generation, generate, output_tokens
+from gateway.mockupstream.generation import ForcedTool, Generation, generate, output_tokens, structured_text
 from gateway.mockupstream.openai_format import ReplyHeader
 from gateway.mockupstream.prompt import chat_prompt, last_user_text
 from gateway.mockupstream.replies import MockReply, json_reply, stream_reply
-from gateway.mockupstream.schema_values import schema_value, tool_arguments
+from gateway.mockupstream.schema_values import tool_arguments
 
 Body = dict[str, Any]
 
@@ -73,13 +73,7 @@ def _structured_text(body: Body) -> str | None:
     """JSON text for a `text.format` of json_schema (its required properties) or json_object."""
     text = body.get("text")
     text_format = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(text_format, dict):
-        return None
-    if text_format.get("type") == "json_schema":
-        return msgspec.json.encode(schema_value(text_format.get("schema"))).decode()
-    if text_format.get("type") == "json_object":
-        return "{}"
-    return None
+    return structured_text(text_format, text_format.get("schema") if isinstance(text_format, dict) else None)
 
 
 def usage_object(prompt: PromptUsage, output_tokens: int) -> dict[str, Any]:

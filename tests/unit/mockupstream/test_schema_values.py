@@ -139,3 +139,24 @@ async def test_forced_anthropic_tool_input_conforms_streamed_or_not(client: http
     assert len(deltas) > 1 and {delta["type"] for delta in deltas} == {"input_json_delta"}
     streamed_input = "".join(delta["partial_json"] for delta in deltas)
     assert Book.model_validate_json(streamed_input) == Book.model_validate(block["input"])
+
+
+async def test_a_chat_json_schema_answer_is_json_the_schema_accepts(client: httpx.AsyncClient) -> None:
+    schema = {"name": "Author", "schema": to_strict_json_schema(Author), "strict": True}
+    body = {
+        "model": "gpt-x",
+        "messages": [{"role": "user", "content": "An author, please."}],
+        "response_format": {"type": "json_schema", "json_schema": schema},
+    }
+    (choice,) = (await client.post("/v1/chat/completions", json=body)).json()["choices"]
+    assert choice["finish_reason"] == "stop"
+    whole = Author.model_validate_json(choice["message"]["content"])
+    streamed = (await client.post("/v1/chat/completions", json={**body, "stream": True})).text
+    data = [line.removeprefix("data: ") for line in streamed.splitlines() if line.startswith("data: {")]
+    pieces = [
+        c["delta"].get("content") or "" for chunk in map(msgspec.json.decode, data) for c in chunk["choices"]
+    ]
+    assert Author.model_validate_json("".join(pieces)) == whole
+    json_object = {**body, "response_format": {"type": "json_object"}}
+    (choice,) = (await client.post("/v1/chat/completions", json=json_object)).json()["choices"]
+    assert isinstance(msgspec.json.decode(choice["message"]["content"]), dict)
