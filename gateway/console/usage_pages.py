@@ -12,9 +12,9 @@ from litestar.params import FromQuery
 from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.console.rendering import page
+from gateway.console import rendering
 from gateway.console.sessions import Viewer
-from gateway.console.usage_view import GROUPINGS, UsageFilters, usage_view
+from gateway.console.usage_view import GROUPINGS, UsageFilters, table_page, usage_view
 from gateway.db import teams
 from gateway.metering.reports import report_csv, usage_report
 from gateway.services import services_of
@@ -52,17 +52,19 @@ async def usage_page(
     group: FromQuery[str | None] = None,
     team: FromQuery[str | None] = None,
     model: FromQuery[str | None] = None,
+    page: FromQuery[str | None] = None,
 ) -> Template:
     services = services_of(request)
     filters = _filters(viewer, start, end, group, team, model)
+    shown_page = table_page(page)
     async with services.sessions() as session:
         rows = await usage_report(session, filters.query())
         names = await team_names(session, viewer)
-    return page(
+    return rendering.page(
         "usage.html",
         viewer,
         "usage",
-        view=usage_view(rows, filters, names),
+        view=usage_view(rows, filters, names, shown_page),
         teams=names,
         models=sorted(services.table.by_model),
         groupings=GROUPINGS,

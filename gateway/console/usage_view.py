@@ -4,6 +4,7 @@ made from the report's rows (grouped by day, and by team or model when asked), w
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ GROUPINGS: tuple[Grouping, ...] = ("none", "team", "model")
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 MAX_SERIES = 7  # the largest groups get a colour each; the rest are stacked as one "other"
+# The table's rows per page: a year by day fits on two, while a 90-day table by team (1,800 rows)
+# is paged rather than rendered whole; the charts and totals are always over every row, and the
+# CSV has them all.
+TABLE_PAGE = 200
 OTHER = "other"
 ALL = "all"
 
@@ -95,13 +100,37 @@ class TableRow:
 class UsageView:
     filters: UsageFilters
     charts: list[BarChart]
-    rows: list[TableRow]
+    rows: list[TableRow]  # the table's page of the report's rows
     total: UsageRow
     cached_share: str
+    page: int = 1
+    pages: int = 1
+    row_count: int = 0  # the report's rows, on every page
+    first_row: int = 1  # the page's first row, counted from 1
+
+    def page_params(self, page: int) -> dict[str, str]:
+        """The query parameters of another page of the table, with the same filters."""
+        return self.filters.params() | {"page": str(page)}
 
 
-def usage_view(rows: Sequence[UsageRow], filters: UsageFilters, team_names: Mapping[str, str]) -> UsageView:
-    """Charts by day (stacked by group), the grand total and the table, all from the report rows."""
+def table_page(text: str | None) -> int:
+    """The `page` parameter: a page of the table, counted from 1 (default 1)."""
+    if not text:
+        return 1
+    try:
+        page = int(text)
+    except ValueError:
+        page = 0
+    if page < 1:
+        raise InvalidRequest("`page` must be a whole number, 1 or more.", param="page")
+    return page
+
+
+def usage_view(
+    rows: Sequence[UsageRow], filters: UsageFilters, team_names: Mapping[str, str], page: int = 1
+) -> UsageView:
+    """Charts by day (stacked by group), the grand total and one page of the table, all from the
+    report rows. A page past the last shows the last."""
     days = filters.days
     label = _labeller(filters.group, team_names)
     by_group: dict[str, dict[str, UsageRow]] = defaultdict(dict)  # group -> day -> row
@@ -129,9 +158,16 @@ def usage_view(rows: Sequence[UsageRow], filters: UsageFilters, team_names: Mapp
         stacked_bars("cached_share", "Cached share of prompt tokens", days, shares, _percent_label),
         stacked_bars("saving", "Saving from cached prompts (USD)", days, series("saving"), figures.usd),
     ]
-    table = [TableRow(row.day or "", None if filters.group == "none" else label(row), row) for row in rows]
+    pages = max(1, math.ceil(len(rows) / TABLE_PAGE))
+    page = min(page, pages)
+    first = (page - 1) * TABLE_PAGE
+    table = [
+        TableRow(row.day or "", None if filters.group == "none" else label(row), row)
+        for row in rows[first : first + TABLE_PAGE]
+    ]
     total = _sum(rows)
-    return UsageView(filters, charts, table, total, figures.percent(total.cached_tokens, total.prompt_tokens))
+    share = figures.percent(total.cached_tokens, total.prompt_tokens)
+    return UsageView(filters, charts, table, total, share, page, pages, len(rows), first + 1)
 
 
 def _labeller(group: Grouping, team_names: Mapping[str, str]) -> Callable[[UsageRow], str]:

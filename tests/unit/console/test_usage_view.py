@@ -7,7 +7,14 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.console.usage_view import MAX_SERIES, OTHER, UsageFilters, usage_view
+from gateway.console.usage_view import (
+    MAX_SERIES,
+    OTHER,
+    TABLE_PAGE,
+    UsageFilters,
+    table_page,
+    usage_view,
+)
 from gateway.errors import InvalidRequest
 from gateway.metering.reports import UsageRow
 
@@ -96,3 +103,31 @@ def test_team_groups_are_labelled_by_name_and_the_smallest_stacked_as_other() ->
     series = [bar.series for bar in view.charts[0].bars]
     assert series == [f"name-{n}" for n in range(MAX_SERIES)] + [OTHER]
     assert view.charts[0].bars[-1].value == str((100 - MAX_SERIES) + (100 - MAX_SERIES - 1))
+
+
+def test_the_table_is_paged_while_charts_and_totals_keep_every_row() -> None:
+    filters = parse(start="2026-03-01", end="2026-03-10", group="model")
+    days = filters.days
+    rows = [
+        UsageRow(day=day, model=f"model-{n:03d}", requests=1, prompt_tokens=10)
+        for day in days
+        for n in range(TABLE_PAGE // 4)
+    ]
+    assert len(rows) > 2 * TABLE_PAGE
+    second = usage_view(rows, filters, {}, page=2)
+    assert (second.page, second.pages, second.row_count) == (2, 3, len(rows))
+    assert [line.row for line in second.rows] == rows[TABLE_PAGE : 2 * TABLE_PAGE]
+    assert second.first_row == TABLE_PAGE + 1
+    assert second.total.requests == len(rows), "the totals are over every page"
+    assert sum(Decimal(bar.value) for bar in second.charts[0].bars) == len(rows), "and so are the charts"
+    assert second.page_params(3) == filters.params() | {"page": "3"}
+    last = usage_view(rows, filters, {}, page=99)
+    assert (last.page, [line.row for line in last.rows]) == (3, rows[2 * TABLE_PAGE :])
+
+
+def test_an_unreadable_page_is_refused_naming_the_parameter() -> None:
+    assert (table_page(None), table_page(""), table_page("4")) == (1, 1, 4)
+    for text in ("0", "-1", "two"):
+        with pytest.raises(InvalidRequest) as refused:
+            table_page(text)
+        assert refused.value.param == "page"
