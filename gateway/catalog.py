@@ -9,11 +9,11 @@ from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 import yaml
 
+from gateway.config_errors import ConfigError
 from gateway.work_settings import (
     FILE_STORES,
     Capacity,
@@ -22,21 +22,22 @@ from gateway.work_settings import (
     QueueTimeouts,
     S3Settings,
     SchedulingSettings,
+    check_capacity,
+    check_files,
+    check_jobs,
+    check_scheduling,
 )
 
 __all__ = [
     "FILE_STORES",
     "Capacity",
+    "ConfigError",
     "FileSettings",
     "JobSettings",
     "QueueTimeouts",
     "S3Settings",
     "SchedulingSettings",
 ]
-
-
-class ConfigError(Exception):
-    """A bad configuration: the message names the file, the key and the problem."""
 
 
 class ProviderKind(str, Enum):
@@ -236,7 +237,7 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}.base_urls: a replica is listed twice")
         if provider.measure_ttft and provider.kind is ProviderKind.ANTHROPIC:
             raise ConfigError(f"{where}.measure_ttft: supported for OpenAI-compatible kinds only")
-        _check_capacity(provider.capacity, where)
+        check_capacity(provider.capacity, where)
         _check_batch_execution(provider, where)
         _check_responses_api(provider, where)
     aliases: set[str] = set()
@@ -297,73 +298,10 @@ def _check_responses_api(provider: Provider, where: str) -> None:
         )
 
 
-def _check_capacity(capacity: Capacity | None, where: str) -> None:
-    if capacity is None:
-        return
-    for key in ("max_concurrency", "max_tokens_in_flight"):
-        value = getattr(capacity, key)
-        if value is not None and value < 1:
-            raise ConfigError(f"{where}.capacity.{key}: must be at least 1")
-    if capacity.metrics_url is not None and not capacity.metrics_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}.capacity.metrics_url: must be an http:// or https:// URL")
-
-
-def _check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
-    checks = {
-        "scheduling.queue_timeout_s.interactive": scheduling.queue_timeout_s.interactive > 0,
-        "scheduling.queue_timeout_s.batch": scheduling.queue_timeout_s.batch > 0,
-        "scheduling.max_queued": scheduling.max_queued >= 0,
-        "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
-        "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
-        "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
-        "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
-        "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
-        "scheduling.target_waiting": scheduling.target_waiting >= 0,
-        "scheduling.kv_cache_high": 0 < scheduling.kv_cache_high <= 1,
-        "scheduling.permit_lease_s": scheduling.permit_lease_s >= 1,
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{path}: {key}: out of range")
-
-
-def _check_jobs(jobs: JobSettings, path: Path) -> None:
-    checks = {
-        "jobs.lease_s": jobs.lease_s >= 0.5,
-        "jobs.poll_interval_s": jobs.poll_interval_s > 0,
-        "jobs.concurrency": jobs.concurrency >= 1,
-        "jobs.pause_s": jobs.pause_s >= 0,
-    }
-    for key, ok in checks.items():
-        if not ok:
-            raise ConfigError(f"{path}: {key}: out of range")
-
-
-def _check_files(files: FileSettings, path: Path) -> None:
-    if files.store not in FILE_STORES:
-        raise ConfigError(f"{path}: files.store: must be database or s3, not {files.store!r}")
-    if files.store != "s3":
-        return
-    if files.s3 is None:
-        raise ConfigError(f"{path}: files.s3: required when files.store is s3")
-    s3 = files.s3
-    for key in ("endpoint_url", "bucket", "access_key_id", "secret_access_key", "region"):
-        if not getattr(s3, key).strip():
-            raise ConfigError(f"{path}: files.s3.{key}: must not be empty")
-    endpoint = urlsplit(s3.endpoint_url)
-    if endpoint.scheme not in ("http", "https") or not endpoint.hostname:
-        raise ConfigError(f"{path}: files.s3.endpoint_url: must be an http:// or https:// URL")
-    if endpoint.username or endpoint.password:
-        raise ConfigError(
-            f"{path}: files.s3.endpoint_url: give the credentials as access_key_id and "
-            "secret_access_key, not in the URL"
-        )
-
-
 def _check_tuning(catalog: Catalog, path: Path) -> None:
-    _check_scheduling(catalog.scheduling, path)
-    _check_jobs(catalog.jobs, path)
-    _check_files(catalog.files, path)
+    check_scheduling(catalog.scheduling, path)
+    check_jobs(catalog.jobs, path)
+    check_files(catalog.files, path)
     if catalog.retry.max_attempts < 1:
         raise ConfigError(f"{path}: retry.max_attempts: must be at least 1")
     checks = {

@@ -1,11 +1,16 @@
 """The catalog's sections on how work is admitted and run: a replica's capacity, the queue the
 gateway holds for it (`scheduling:`), batch jobs (`jobs:`) and where their files live (`files:`).
-Part of the catalog (`gateway.catalog`); checked there with the rest.
+Part of the catalog (`gateway.catalog`), which runs each section's check here with its own.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import urlsplit
+
 import msgspec
+
+from gateway.config_errors import ConfigError
 
 
 class Capacity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -85,3 +90,66 @@ class FileSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     store: str = "database"
     s3: S3Settings | None = None
+
+
+def check_capacity(capacity: Capacity | None, where: str) -> None:
+    if capacity is None:
+        return
+    for key in ("max_concurrency", "max_tokens_in_flight"):
+        value = getattr(capacity, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{where}.capacity.{key}: must be at least 1")
+    if capacity.metrics_url is not None and not capacity.metrics_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}.capacity.metrics_url: must be an http:// or https:// URL")
+
+
+def check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
+    checks = {
+        "scheduling.queue_timeout_s.interactive": scheduling.queue_timeout_s.interactive > 0,
+        "scheduling.queue_timeout_s.batch": scheduling.queue_timeout_s.batch > 0,
+        "scheduling.max_queued": scheduling.max_queued >= 0,
+        "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
+        "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
+        "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
+        "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
+        "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
+        "scheduling.target_waiting": scheduling.target_waiting >= 0,
+        "scheduling.kv_cache_high": 0 < scheduling.kv_cache_high <= 1,
+        "scheduling.permit_lease_s": scheduling.permit_lease_s >= 1,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {key}: out of range")
+
+
+def check_jobs(jobs: JobSettings, path: Path) -> None:
+    checks = {
+        "jobs.lease_s": jobs.lease_s >= 0.5,
+        "jobs.poll_interval_s": jobs.poll_interval_s > 0,
+        "jobs.concurrency": jobs.concurrency >= 1,
+        "jobs.pause_s": jobs.pause_s >= 0,
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise ConfigError(f"{path}: {key}: out of range")
+
+
+def check_files(files: FileSettings, path: Path) -> None:
+    if files.store not in FILE_STORES:
+        raise ConfigError(f"{path}: files.store: must be database or s3, not {files.store!r}")
+    if files.store != "s3":
+        return
+    if files.s3 is None:
+        raise ConfigError(f"{path}: files.s3: required when files.store is s3")
+    s3 = files.s3
+    for key in ("endpoint_url", "bucket", "access_key_id", "secret_access_key", "region"):
+        if not getattr(s3, key).strip():
+            raise ConfigError(f"{path}: files.s3.{key}: must not be empty")
+    endpoint = urlsplit(s3.endpoint_url)
+    if endpoint.scheme not in ("http", "https") or not endpoint.hostname:
+        raise ConfigError(f"{path}: files.s3.endpoint_url: must be an http:// or https:// URL")
+    if endpoint.username or endpoint.password:
+        raise ConfigError(
+            f"{path}: files.s3.endpoint_url: give the credentials as access_key_id and "
+            "secret_access_key, not in the URL"
+        )

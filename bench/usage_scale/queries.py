@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 from bench.usage_scale.dataset import Tenant
 from bench.usage_scale.stack import Sessions
+from gateway.metering.batch_reports import team_batches
 from gateway.metering.reports import (
     UsageQuery,
     encode_cursor,
     report_csv,
-    team_batches,
     usage_events,
     usage_report,
 )

@@ -21,8 +21,8 @@ from gateway.api.openapi_bodies import documented, json_schema
 from gateway.api.query_params import page_size, text_param
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.batches import get_job
+from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
 from gateway.metering.pricing import money_str
-from gateway.metering.reports import TeamBatch, batch_totals, team_batch, team_batches
 from gateway.metering.throughput import Throughput, batch_throughput
 from gateway.routing.batch_pin import BatchPin
 from gateway.routing.deployment import DeploymentTable

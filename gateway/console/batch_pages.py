@@ -25,15 +25,8 @@ from gateway.console.sessions import Viewer
 from gateway.console.usage_pages import team_names
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.batches import get_job, list_jobs
-from gateway.metering.reports import (
-    TeamBatch,
-    UsageQuery,
-    UsageRow,
-    batch_totals,
-    team_batch,
-    team_batches,
-    usage_report,
-)
+from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
+from gateway.metering.reports import UsageQuery, UsageRow, usage_report
 from gateway.metering.throughput import batch_throughput
 from gateway.routing.directives import BATCH_ID
 from gateway.schemas.batch_api import Batch

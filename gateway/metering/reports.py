@@ -1,5 +1,5 @@
-"""Usage reports computed from `usage_records`: grouped totals, raw records page by page, batch
-totals, and a team's batches (the batch ids of its records and its batch jobs) page by page.
+"""Usage reports computed from `usage_records`: grouped totals and raw records page by page (a
+team's batches and their totals are in `batch_reports`).
 
 Used by the admin API, `/v1/gateway/usage`, the batch endpoint, the console and `gateway usage`.
 A report reads whole UTC days from `usage_daily` (the records' daily totals, kept by triggers in the
@@ -25,18 +25,15 @@ import msgspec
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
-    DateTime,
     Integer,
     Numeric,
     Select,
     String,
-    Subquery,
     Table,
     and_,
     cast,
     func,
     literal,
-    null,
     or_,
     select,
     union_all,
@@ -131,25 +128,6 @@ class UsageEventRow(msgspec.Struct, kw_only=True):
     client_request_id: str | None = None  # the client's own X-Request-ID
 
 
-class BatchTotals(msgspec.Struct, kw_only=True):
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost: Decimal = Decimal(0)
-
-
-class TeamBatch(msgspec.Struct, kw_only=True):
-    """One of a team's batches: from its first record (or its job's creation) to its last record."""
-
-    id: str
-    created_at: datetime
-    last_used_at: datetime | None  # its last record's time; None before it has any
-    requests: int
-    job_status: str | None  # a Batch API job's status; None for a batch of X-Gateway-Batch requests
-
-
 def parse_group_by(text: str | None) -> tuple[GroupField, ...]:
     """`"team,day"` -> ("team", "day"); unknown names are a 400 naming what exists."""
     fields: list[GroupField] = []
@@ -195,8 +173,8 @@ Stretch = tuple[datetime | None, datetime | None]
 def split_range(start: datetime | None, end: datetime | None) -> tuple[DayRange | None, list[Stretch]]:
     """A report's range as the whole UTC days in it (None: none) and the stretches of cut days
     on either side of them (empty when the range starts and ends at midnight UTC)."""
-    start = None if start is None else _as_utc(start)
-    end = None if end is None else _as_utc(end)
+    start = None if start is None else as_utc(start)
+    end = None if end is None else as_utc(end)
     first = None if start is None else _midnight_from(start)
     last = None if end is None else datetime.combine(end.date(), time(), UTC)
     if start is not None and first is None:  # within the last day a datetime holds
@@ -220,15 +198,6 @@ def _midnight_from(moment: datetime) -> datetime | None:
         return midnight + timedelta(days=1)
     except OverflowError:
         return None
-
-
-async def batch_totals(
-    session: AsyncSession, team_id: str, batch_id: str, since: datetime | None
-) -> BatchTotals:
-    """What a batch has used so far (since its current pin was made, when `since` is given)."""
-    query = UsageQuery(start=since, team_id=team_id, batch=batch_id)
-    (row,) = await usage_report(session, query)
-    return BatchTotals(**{name: getattr(row, name) for name in (*TOTAL_FIELDS, "cost")})
 
 
 async def usage_events(
@@ -257,78 +226,6 @@ async def usage_events(
     return page, encode_cursor(page[-1].created_at, page[-1].request_id)
 
 
-async def team_batches(
-    session: AsyncSession, team_id: str, *, limit: int, after: str | None
-) -> tuple[list[TeamBatch], bool]:
-    """A page of the team's batches, newest first (by creation, then id), and whether more follow.
-
-    `after` is the last id of the previous page, and must be one of the team's batches."""
-    batches = _team_batches(team_id)
-    query = select(batches)
-    if after is not None:
-        anchor = (await session.execute(select(batches.c.created_at).where(batches.c.id == after))).first()
-        if anchor is None:
-            raise InvalidRequest(f"No batch with id {after!r} to list after.", param="after")
-        created = batches.c.created_at
-        query = query.where(or_(created < anchor[0], and_(created == anchor[0], batches.c.id < after)))
-    query = query.order_by(batches.c.created_at.desc(), batches.c.id.desc()).limit(limit + 1)
-    rows = [_team_batch(row) for row in (await session.execute(query)).all()]
-    return rows[:limit], len(rows) > limit
-
-
-async def team_batch(session: AsyncSession, team_id: str, batch_id: str) -> TeamBatch | None:
-    """One of the team's batches as `team_batches` lists it; None when the team has no such batch."""
-    batches = _team_batches(team_id)
-    row = (await session.execute(select(batches).where(batches.c.id == batch_id))).first()
-    return None if row is None else _team_batch(row)
-
-
-def _team_batch(row: Any) -> TeamBatch:
-    return TeamBatch(
-        id=row.id,
-        created_at=_as_utc(row.created_at),
-        last_used_at=None if row.last_used_at is None else _as_utc(row.last_used_at),
-        requests=int(row.requests),
-        job_status=row.job_status,
-    )
-
-
-def _team_batches(team_id: str) -> Subquery:
-    """One row per batch id of the team: its records' batch ids and its jobs' ids, merged (a job's
-    lines are recorded under its id). A job is created before any of its lines is recorded."""
-    c, jobs = _records.c, _jobs.c
-    recorded = (
-        select(
-            c.batch_id.label("id"),
-            func.min(c.created_at).label("created_at"),
-            func.max(c.created_at).label("last_used_at"),
-            func.count().label("requests"),
-            cast(null(), String).label("job_status"),
-        )
-        .where(c.team_id == team_id, c.batch_id.is_not(None))
-        .group_by(c.batch_id)
-    )
-    submitted: Select[Any] = select(
-        jobs.id,
-        jobs.created_at,
-        cast(null(), DateTime(timezone=True)).label("last_used_at"),
-        literal(0, BigInteger).label("requests"),
-        cast(jobs.status, String).label("job_status"),
-    ).where(jobs.team_id == team_id)
-    both = union_all(recorded, submitted).subquery()
-    return (
-        select(
-            both.c.id,
-            func.min(both.c.created_at).label("created_at"),
-            func.max(both.c.last_used_at).label("last_used_at"),
-            func.sum(both.c.requests).label("requests"),
-            func.max(both.c.job_status).label("job_status"),
-        )
-        .group_by(both.c.id)
-        .subquery()
-    )
-
-
 def report_csv(rows: Sequence[UsageRow], group_by: Sequence[GroupField] | None = None) -> str:
     """The report as CSV: the group-by columns (all of them when not said), totals, cost, saving."""
     group_columns = [ROW_FIELD[field] for field in (GROUP_FIELDS if group_by is None else group_by)]
@@ -351,7 +248,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         payload = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, request_id = msgspec.json.decode(payload, type=tuple[datetime, _RequestId])
-        return _as_utc(created_at), request_id  # OverflowError: a moment past the year 9999 in UTC
+        return as_utc(created_at), request_id  # OverflowError: a moment past the year 9999 in UTC
     except (binascii.Error, ValueError, OverflowError, msgspec.DecodeError):
         raise InvalidRequest("cursor is not one this API returned", param="cursor") from None
 
@@ -360,9 +257,9 @@ def _conditions(query: UsageQuery) -> list[ColumnElement[bool]]:
     c = _records.c
     conditions = _filters(_records, query)
     if query.start is not None:
-        conditions.append(c.created_at >= _as_utc(query.start))
+        conditions.append(c.created_at >= as_utc(query.start))
     if query.end is not None:
-        conditions.append(c.created_at < _as_utc(query.end))
+        conditions.append(c.created_at < as_utc(query.end))
     return conditions
 
 
@@ -475,7 +372,7 @@ def _usage_rows(rows: Sequence[Sequence[Any]], group_by: tuple[GroupField, ...])
 
 def _event_row(row: Any) -> UsageEventRow:
     values = dict(row)
-    values["created_at"] = _as_utc(values["created_at"])
+    values["created_at"] = as_utc(values["created_at"])
     values["latency_ms"] = float(values["latency_ms"])
     for timing in ("ttft_ms", "queue_ms"):
         if values[timing] is not None:
@@ -483,7 +380,7 @@ def _event_row(row: Any) -> UsageEventRow:
     return UsageEventRow(**values)
 
 
-def _as_utc(moment: datetime) -> datetime:
+def as_utc(moment: datetime) -> datetime:
     """Aware UTC; a naive datetime (SQLite gives those back) is taken to be UTC already."""
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)

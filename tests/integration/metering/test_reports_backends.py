@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
+from gateway.metering.batch_reports import batch_totals
 from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
 from gateway.metering.reports import (
@@ -21,7 +22,6 @@ from gateway.metering.reports import (
     GroupField,
     UsageQuery,
     UsageRow,
-    batch_totals,
     usage_events,
     usage_report,
 )
