@@ -37,7 +37,12 @@ def read_cache_control(raw: dict[str, Any] | None, where: str) -> CacheControl |
 
 def check_breakpoints(request: MessagesRequest) -> None:
     """Raise InvalidRequest (code invalid_cache_control) when Anthropic would refuse the layout."""
-    ttls = [control.ttl or "5m" for control in _breakpoints(request)]
+    check_breakpoint_order([control.ttl or "5m" for control in _breakpoints(request)])
+
+
+def check_breakpoint_order(ttls: list[str]) -> None:
+    """Anthropic's rules over a prompt's breakpoints, given their ttls in prompt order (tools,
+    system, messages): at most MAX_BREAKPOINTS, and no `1h` after a `5m`."""
     if len(ttls) > MAX_BREAKPOINTS:
         raise invalid_cache_control(
             f"{len(ttls)} cache_control breakpoints given; Anthropic allows at most {MAX_BREAKPOINTS} "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gateway.providers.anthropic_cache import MAX_BREAKPOINTS, invalid_cache_control
+from gateway.providers.anthropic_cache import check_breakpoint_order, invalid_cache_control
 from gateway.schemas.messages import CacheControl, ContentBlock, MessagesRequest
 
 _TTLS = ("5m", "1h")
@@ -18,17 +18,7 @@ _TTLS = ("5m", "1h")
 
 def check_breakpoints(request: MessagesRequest) -> None:
     """Raise InvalidRequest (code invalid_cache_control) when Anthropic would refuse the layout."""
-    ttls = list(_breakpoints(request))
-    if len(ttls) > MAX_BREAKPOINTS:
-        raise invalid_cache_control(
-            f"{len(ttls)} cache_control breakpoints given; Anthropic allows at most {MAX_BREAKPOINTS} "
-            "(counted over tools, system and messages)"
-        )
-    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
-        raise invalid_cache_control(
-            "a cache_control breakpoint with ttl '1h' comes after one with ttl '5m'; Anthropic needs "
-            "longer-lived breakpoints first (order: tools, system, messages)"
-        )
+    check_breakpoint_order(list(_breakpoints(request)))
 
 
 def _breakpoints(request: MessagesRequest) -> Iterator[str]:
