@@ -308,9 +308,11 @@ async def test_a_job_nobody_holds_in_cancelling_is_finished_by_the_next_claim(
 async def test_a_job_past_its_window_expires_with_what_it_finished(
     make_services: ServicesFactory, owner: Owner, services: Services
 ) -> None:
-    slow = {"latency_ms": 20}
+    # 400 lines of 100 ms, 4 at a time, take 10 s; the 3 s window leaves a loaded machine time to
+    # start the runner and finish some lines, and ends the job long before it could finish them all
+    slow = {"latency_ms": 100}
     bodies = [chat_body(n, mock=slow) for n in range(400)]
-    job_id = await add_job(services.sessions, owner, bodies, expires_in_s=1.0)
+    job_id = await add_job(services.sessions, owner, bodies, expires_in_s=3.0)
     runner = JobRunner(make_services(catalog_with(services.settings.catalog.providers[0], few_at_once())))
 
     job = await run_to_end(services, job_id, runner)
