@@ -14,7 +14,6 @@ from typing import Any
 
 import structlog
 from litestar import Request
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -36,7 +35,7 @@ from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.service import ProxyService
-from gateway.redis.client import redis_client
+from gateway.redis.client import RedisClient, durability_of, redis_client
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
@@ -58,7 +57,7 @@ class Services:
     table: DeploymentTable
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
-    redis: Redis | None
+    redis: RedisClient | None
     key_cache: KeyCache
     buffer: UsageBuffer
     writer: UsageWriter
@@ -135,7 +134,7 @@ class Services:
         await self.engine.dispose()
 
 
-async def warn_if_redis_forgets(redis: Redis) -> None:
+async def warn_if_redis_forgets(redis: RedisClient) -> None:
     """Warn once when Redis keeps nothing on disk (no RDB snapshots, no append-only file): the usage
     events not yet written and the month's spend counters would not survive its restart. A managed
     Redis may refuse CONFIG; then nothing is known and only a debug line says so."""
@@ -171,7 +170,7 @@ def open_services(settings: Settings) -> Services:
     deployment_ids = [d.id for d in table.all()]
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
-    redis: Redis | None = None
+    redis: RedisClient | None = None
     batcher: PipelineBatcher | None = None
     buffer: UsageBuffer
     health: HealthBoard
@@ -179,10 +178,12 @@ def open_services(settings: Settings) -> Services:
     limiter: Limiter
     if settings.redis_url:
         redis = redis_client(settings.redis_url)
-        batcher = PipelineBatcher(redis)  # a request's usage append and spend settle: one round trip
+        durability = durability_of(settings.redis_url)  # WAIT after the writes a failover must keep
+        # a request's usage append and spend settle: one round trip
+        batcher = PipelineBatcher(redis, durability=durability)
         buffer = RedisStreamBuffer(redis, consumer=process_consumer_name(), batcher=batcher)
         health = RedisHealthBoard(redis, deployment_ids, catalog.circuit)
-        pins = RedisPinStore(redis, catalog.batches.idle_ttl_s)
+        pins = RedisPinStore(redis, catalog.batches.idle_ttl_s, durability=durability)
         limiter = RedisLimiter(
             redis,
             batcher=batcher,
@@ -243,7 +244,9 @@ def open_services(settings: Settings) -> Services:
     )
 
 
-def permit_bank(catalog: Catalog, redis: Redis | None, batcher: PipelineBatcher | None) -> PermitBank | None:
+def permit_bank(
+    catalog: Catalog, redis: RedisClient | None, batcher: PipelineBatcher | None
+) -> PermitBank | None:
     """Capacity permits shared by every process through Redis when there is one and a provider
     caps its replicas; else None: each process counts its own."""
     capped = any(

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -26,6 +25,7 @@ from gateway.auth.bearer import bearer_token
 from gateway.auth.principal import KeyState, Principal
 from gateway.auth.secrets import KEY_SCHEME, hash_secret
 from gateway.errors import AuthenticationFailed, ServiceUnavailable
+from gateway.redis.client import RedisClient
 
 INVALIDATION_CHANNEL = "gateway:keys:invalidate"
 DATABASE_DOWN = (SQLAlchemyError, OSError, TimeoutError)
@@ -48,7 +48,7 @@ class KeyCache:
         self,
         load_key: KeyLoader,
         ttl_s: float = 5.0,
-        redis: Redis | None = None,
+        redis: RedisClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         *,
         wall_clock: Callable[[], float] = time.time,
@@ -130,6 +130,9 @@ class KeyCache:
             return
         while True:
             try:
+                # A Cluster client learns the slot map on its first command, and its pub/sub
+                # (on the node of the channel's slot) needs the map: a ping first.
+                await self._redis.ping()
                 async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self._channel)
                     self._expire_all()  # invalidations sent while nobody listened are lost
@@ -207,7 +210,9 @@ class KeyCache:
             entry.loaded_at = -math.inf
 
 
-async def publish_invalidation(redis: Redis, key_hash: str, channel: str = INVALIDATION_CHANNEL) -> None:
+async def publish_invalidation(
+    redis: RedisClient, key_hash: str, channel: str = INVALIDATION_CHANNEL
+) -> None:
     """Tell every gateway process to forget a key; if Redis is down, their TTL does it later."""
     try:
         await redis.publish(channel, key_hash)

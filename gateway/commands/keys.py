@@ -7,7 +7,6 @@ import sys
 from decimal import Decimal
 
 import msgspec
-from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth.key_cache import publish_invalidation
@@ -15,6 +14,7 @@ from gateway.commands.database import run_in_transaction
 from gateway.commands.terminal import listed, render_table, split_list, when
 from gateway.db import keys, teams
 from gateway.db.models import ApiKey
+from gateway.redis.client import redis_client
 from gateway.schemas.admin import KeyCreate
 from gateway.settings import Settings
 
@@ -92,7 +92,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
         key = await keys.revoke_key(session, args.key_id)
         await session.commit()  # before telling the gateways, or one could reload the unrevoked row
         if settings.redis_url:
-            redis = Redis.from_url(settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+            redis = redis_client(settings.redis_url)  # one server, a Sentinel set or a Cluster
             try:
                 await publish_invalidation(redis, key.key_hash)
             finally:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
+from gateway.redis.urls import parse_redis_url
 from gateway.settings import Settings
 
 
@@ -27,14 +28,24 @@ def serving_problem(settings: Settings, workers: int) -> str | None:
 
 def unresolved_store(settings: Settings) -> str | None:
     """The first store whose host name does not resolve, as a message, or None."""
-    hosts = {"GATEWAY_DATABASE_URL": make_url(settings.database_url).host}
+    hosts = [("GATEWAY_DATABASE_URL", make_url(settings.database_url).host)]
     if settings.redis_url:
-        parts = urlsplit(settings.redis_url)
-        hosts["GATEWAY_REDIS_URL"] = parts.hostname if parts.scheme != "unix" else None
-    for variable, host in hosts.items():
+        hosts += [("GATEWAY_REDIS_URL", host) for host in redis_hosts(settings.redis_url)]
+    for variable, host in hosts:
         if host and (reason := _resolution_failure(host)):
             return f"{variable}: the host {host!r} does not resolve ({reason})"
     return None
+
+
+def redis_hosts(url: str) -> list[str]:
+    """The host names a Redis URL connects to: its server's, or every Sentinel's or Cluster node's
+    of the list (a client needs only one of those to answer, but each name is a typo if it does
+    not resolve)."""
+    topology = parse_redis_url(url)
+    if topology.kind != "single":
+        return [host for host, _ in topology.hosts]
+    parts = urlsplit(url)
+    return [parts.hostname] if parts.scheme != "unix" and parts.hostname else []
 
 
 def _resolution_failure(host: str) -> str | None:

@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from gateway.redis.client import RedisClient
 
 log = structlog.get_logger("gateway.console")
 
@@ -29,7 +30,7 @@ class SignOuts:
         self._clock = clock
         self._local: dict[str, float] = {}  # session id -> its token's expiry
 
-    async def add(self, redis: Redis | None, sid: str, expires_at: float) -> None:
+    async def add(self, redis: RedisClient | None, sid: str, expires_at: float) -> None:
         remaining = int(expires_at - self._clock()) + 1
         self._remember(sid, expires_at)
         if redis is None:
@@ -39,7 +40,7 @@ class SignOuts:
         except (RedisError, OSError) as exc:
             log.warning("console_sign_out_not_shared", error=type(exc).__name__)
 
-    async def contains(self, redis: Redis | None, sid: str) -> bool:
+    async def contains(self, redis: RedisClient | None, sid: str) -> bool:
         if sid in self._local:
             return True
         if redis is None:
@@ -67,11 +68,11 @@ class FailedSignIns:
         self._clock = clock
         self._local: dict[str, tuple[float, int]] = {}  # address -> (window start, failures)
 
-    async def blocked(self, redis: Redis | None, address: str) -> bool:
+    async def blocked(self, redis: RedisClient | None, address: str) -> bool:
         """Whether this address has used up its failures for the current window."""
         return await self._count(redis, address) >= self.limit
 
-    async def record(self, redis: Redis | None, address: str) -> None:
+    async def record(self, redis: RedisClient | None, address: str) -> None:
         self._bump_local(address)
         if redis is None:
             return
@@ -84,7 +85,7 @@ class FailedSignIns:
         except (RedisError, OSError) as exc:
             log.warning("console_failed_sign_in_not_shared", error=type(exc).__name__)
 
-    async def _count(self, redis: Redis | None, address: str) -> int:
+    async def _count(self, redis: RedisClient | None, address: str) -> int:
         local = self._local_count(address)
         if redis is None:
             return local

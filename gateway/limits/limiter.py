@@ -69,8 +69,8 @@ class Limiter(Protocol):
         """Raise each month counter to at least what the usage records say (never lower one)."""
         ...
 
-    async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
-        """A key's or team's spend counter for a month (`2026-11`)."""
+    async def spent_usd(self, scope: Scope, owner: str, month: str, team: str | None = None) -> Decimal:
+        """A key's or team's spend counter for a month (`2026-11`); `team`: a key's team."""
         ...
 
     async def aclose(self) -> None:
@@ -130,8 +130,8 @@ class MemoryLimiter:
     def spent_units(self, name: str) -> int:
         return self._spend.get(name, 0)
 
-    async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
-        return from_units(self.spent_units(spend_key(scope, owner, month)))
+    async def spent_usd(self, scope: Scope, owner: str, month: str, team: str | None = None) -> Decimal:
+        return from_units(self.spent_units(spend_key(scope, owner, month, team)))
 
     async def aclose(self) -> None:
         return None  # everything is in this process already
@@ -173,7 +173,10 @@ class MemoryLimiter:
         units = settled_units(event.cost)
         if units:
             month = month_of(event.created_at)
-            for name in (spend_key("key", event.key_id, month), spend_key("team", event.team_id, month)):
+            for name in (
+                spend_key("key", event.key_id, month, event.team_id),
+                spend_key("team", event.team_id, month),
+            ):
                 self._spend[name] = self._spend.get(name, 0) + units
 
     async def release(self, principal: Principal, admission: Admission) -> None:

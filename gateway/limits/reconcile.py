@@ -41,13 +41,15 @@ def _in_month(now: float) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
 async def load_month_spend(session: AsyncSession, now: float) -> MonthSpend:
     """Each team's and key's spend in the UTC calendar month holding `now`, from the records."""
     dialect = session.get_bind().dialect.name
-    totals: dict[str, dict[str, int]] = {}
-    for column in (UsageRecord.team_id, UsageRecord.key_id):
-        rows = await session.execute(
-            select(column, _cost_sum(dialect)).where(*_in_month(now)).group_by(column)
-        )
-        totals[column.key] = {owner: _units(cost, dialect) for owner, cost in rows if cost is not None}
-    return MonthSpend(month_of(now), teams=totals["team_id"], keys=totals["key_id"])
+    team, key, cost = UsageRecord.team_id, UsageRecord.key_id, _cost_sum(dialect)
+    teams = await session.execute(select(team, cost).where(*_in_month(now)).group_by(team))
+    keys = await session.execute(select(team, key, cost).where(*_in_month(now)).group_by(team, key))
+    return MonthSpend(
+        month_of(now),
+        teams={owner: _units(units, dialect) for owner, units in teams if units is not None},
+        # by team too: a key's counter is named with its team (spend.team_tag)
+        keys={(owner, k): _units(units, dialect) for owner, k, units in keys if units is not None},
+    )
 
 
 async def reconcile(limiter: Limiter, sessions: async_sessionmaker[AsyncSession], now: float) -> MonthSpend:

@@ -4,9 +4,11 @@ One Lua script per admission reads both month counters, the reservations in flig
 applicable window (key and team, requests and tokens), and charges the windows and holds the
 reservation's cost only if the budgets allow and all windows fit: one round trip, atomic, so a
 crowd of concurrent requests cannot all squeeze through the same remainder of a budget. Window
-state is one GCRA TAT per window (`gw:rate:<scope>:<id>:<kind>`, a float of microseconds,
-expiring once the bucket is full again); spend is an integer count of 1e-10 USD
-(`gw:spend:<scope>:<id>:<YYYY-MM>`, INCRBY, 35-day TTL). Each budgeted counter has its holds, a
+state is one GCRA TAT per window (`gw:{team:<team>}:rate:<scope>:<id>:<kind>`, a float of
+microseconds, expiring once the bucket is full again); spend is an integer count of 1e-10 USD
+(`gw:{team:<team>}:spend:<scope>:<id>:<YYYY-MM>`, INCRBY, 35-day TTL). Every key of a team and
+its API keys shares the team's hash tag, so each script's keys are in one Cluster slot. Each
+budgeted counter has its holds, a
 sorted set of `<units>:<hold id>` scored by expiry (`...:holds`), and their total (`...:held`),
 which exists only once the counter was seeded from the usage records: a Redis emptied since has
 none, and admission rebuilds the counter before deciding (rebuild.py). Time is Redis's own clock
@@ -27,7 +29,6 @@ from decimal import Decimal
 from typing import Any, cast
 
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth.principal import Principal
@@ -50,9 +51,11 @@ from gateway.limits.spend import (
     settled_units,
     shortfall,
     spend_key,
+    team_tag,
 )
 from gateway.limits.windows import Scope, Window, WindowCheck, cost_in, windows_for
 from gateway.metering.events import UsageEvent
+from gateway.redis.client import RedisClient
 from gateway.redis.group_commit import PipelineBatcher
 
 log = structlog.get_logger("gateway.limits")
@@ -62,8 +65,19 @@ async def _nothing() -> None:
     return None
 
 
-def window_key(window: Window) -> str:
-    return f"gw:rate:{window.scope}:{window.owner}:{window.kind}"
+def window_key(team: str, window: Window) -> str:
+    """A window of `team` or of one of its keys, under the team's hash tag (see `team_tag`)."""
+    return f"{team_tag(team)}:rate:{window.scope}:{window.owner}:{window.kind}"
+
+
+def window_keys(principal: Principal, windows: Sequence[Window]) -> list[str]:
+    return [window_key(principal.team_id, window) for window in windows]
+
+
+def spend_keys(principal: Principal, month: str) -> tuple[str, str]:
+    """The month counters of the principal's key and team, in that order."""
+    team = principal.team_id
+    return spend_key("key", principal.key_id, month, team), spend_key("team", team, month)
 
 
 def held_key(counter: str) -> str:
@@ -93,7 +107,7 @@ SCOPES: tuple[Scope, Scope] = ("key", "team")
 class RedisLimiter:
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         clock: Clock | None = None,
         wall_clock: Clock | None = None,
         batcher: PipelineBatcher | None = None,
@@ -131,8 +145,8 @@ class RedisLimiter:
         budgets = budgets_of(principal, month)
         windows = windows_for(principal)
         hold = new_hold(budgets, reservation)
-        names = (spend_key("key", principal.key_id, month), spend_key("team", principal.team_id, month))
-        keys = [*_counter_keys(names[0]), *_counter_keys(names[1]), *map(window_key, windows)]
+        names = spend_keys(principal, month)
+        keys = [*_counter_keys(names[0]), *_counter_keys(names[1]), *window_keys(principal, windows)]
         args = self._admit_args(budgets, reservation, hold, windows)
         try:
             await self._flush_pending()
@@ -219,7 +233,10 @@ class RedisLimiter:
         dies first loses at most that much, which the start-up reconcile restores from the usage
         records."""
         month = month_of(event.created_at)
-        names = (spend_key("key", event.key_id, month), spend_key("team", event.team_id, month))
+        names = (
+            spend_key("key", event.key_id, month, event.team_id),
+            spend_key("team", event.team_id, month),
+        )
         units = settled_units(event.cost)
         hold = self._redis_hold(admission)
         if principal.unlimited and hold is None:
@@ -269,8 +286,7 @@ class RedisLimiter:
             await asyncio.gather(*self._writing, return_exceptions=True)
 
     async def release(self, principal: Principal, admission: Admission) -> None:
-        month = month_of(self._wall())
-        names = (spend_key("key", principal.key_id, month), spend_key("team", principal.team_id, month))
+        names = spend_keys(principal, month_of(self._wall()))
         await self._apply(principal, names, 0, -admission.reservation.tokens, self._redis_hold(admission))
 
     def _apply(
@@ -280,7 +296,7 @@ class RedisLimiter:
         if not units and not windows and hold is None:
             return _nothing()
         held = [] if hold is None else [k for c in hold.counters for k in (held_key(c), holds_key(c))]
-        keys, limits = [*names, *held, *map(window_key, windows)], [w.limit for w in windows]
+        keys, limits = [*names, *held, *window_keys(principal, windows)], [w.limit for w in windows]
         return self._settle_counters(names, keys, limits, units, delta, hold)
 
     def _settle_counters(
@@ -346,31 +362,45 @@ class RedisLimiter:
         return self._batcher.merge_script(self._settle, (*keys, *limits), item, keys_and_args)
 
     async def _flush_pending(self) -> None:
-        """Add the spend settled during an outage to Redis, once it answers again."""
+        """Add the spend settled during an outage to Redis, once it answers again: one transaction
+        per team (a Cluster runs a transaction in one slot only), so each team's counters are added
+        whole or not at all, and what was not added stays pending."""
         if not self._pending:
             return
         pending, self._pending = self._pending, {}  # taken before awaiting: flushed once only
-        try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                for name, units in pending.items():
-                    pipe.incrby(name, units)
-                    pipe.expire(name, SPEND_TTL_S)
-                await pipe.execute()
-        except RedisError:
-            for name, units in pending.items():
-                self._pending[name] = self._pending.get(name, 0) + units
-            raise
+        by_team: dict[str, dict[str, int]] = {}
+        for name, units in pending.items():
+            by_team.setdefault(name.partition("}")[0], {})[name] = units  # up to the end of its tag
+        teams = list(by_team.values())
+        for flushed, counters in enumerate(teams):
+            try:
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    for name, units in counters.items():
+                        pipe.incrby(name, units)
+                        pipe.expire(name, SPEND_TTL_S)
+                    await pipe.execute()
+            except RedisError:
+                for left in teams[flushed:]:
+                    for name, units in left.items():
+                        self._pending[name] = self._pending.get(name, 0) + units
+                raise
         log.info("spend_outage_flushed", counters=len(pending))
 
     async def reconcile(self, spend: MonthSpend) -> None:
+        """Seed every counter through the group commit: pipelined round trips, and against a Cluster
+        each seed goes to the node of its team's slot."""
         await self._write_deferred_now()  # the counters to compare with the records are whole
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for name, units in spend.counters().items():
-                await self._seed_script(keys=_counter_keys(name), args=[str(units), SPEND_TTL_S], client=pipe)
-            await pipe.execute()
 
-    async def spent_usd(self, scope: Scope, owner: str, month: str) -> Decimal:
-        name = spend_key(scope, owner, month)
+        def seed(name: str, units: int) -> Awaitable[Any]:
+            args = [str(units), str(SPEND_TTL_S)]
+            return self._batcher.merge_script(
+                self._seed_script, ("seed", name), None, lambda _: (_counter_keys(name), args)
+            )
+
+        await asyncio.gather(*(seed(name, units) for name, units in spend.counters().items()))
+
+    async def spent_usd(self, scope: Scope, owner: str, month: str, team: str | None = None) -> Decimal:
+        name = spend_key(scope, owner, month, team)
         stored = await self._redis.get(name)
         deferred = sum(units for names, units in self._deferred.items() if name in names)
         return from_units(_units(stored or b"0") + self._pending.get(name, 0) + deferred)

@@ -71,8 +71,19 @@ def month_bounds(now: float) -> tuple[datetime, datetime]:
     return start, end
 
 
-def spend_key(scope: Scope, owner: str, month: str) -> str:
-    return f"gw:spend:{scope}:{owner}:{month}"
+def team_tag(team: str) -> str:
+    """The hash tag of every counter and window of a team and its keys: one Cluster slot, so that
+    the one script of an admission or a settle may touch a key's and its team's together."""
+    return f"gw:{{team:{team}}}"
+
+
+def spend_key(scope: Scope, owner: str, month: str, team: str | None = None) -> str:
+    """`gw:{team:<team>}:spend:<scope>:<owner>:<YYYY-MM>`; `team`: a key's team (a team is its own)."""
+    if team is None:
+        if scope == "key":
+            raise ValueError("a key's spend counter is named with its team")
+        team = owner
+    return f"{team_tag(team)}:spend:{scope}:{owner}:{month}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +92,13 @@ class MonthSpend:
 
     month: str
     teams: dict[str, int] = field(default_factory=dict)
-    keys: dict[str, int] = field(default_factory=dict)
+    keys: dict[tuple[str, str], int] = field(default_factory=dict)  # (team, key) -> units
 
     def counters(self) -> dict[str, int]:
         """Spend counter name -> units, for every team and key that spent anything."""
         named = {spend_key("team", team, self.month): units for team, units in self.teams.items()}
-        return named | {spend_key("key", key, self.month): units for key, units in self.keys.items()}
+        keys = self.keys.items()
+        return named | {spend_key("key", key, self.month, team): units for (team, key), units in keys}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +109,11 @@ class Budget:
     owner: str
     month: str
     usd: Decimal
+    team: str  # the owner's team (a team's own id)
 
     @property
     def counter(self) -> str:
-        return spend_key(self.scope, self.owner, self.month)
+        return spend_key(self.scope, self.owner, self.month, self.team)
 
     @property
     def units(self) -> int:
@@ -111,9 +124,9 @@ def budgets_of(principal: Principal, month: str) -> list[Budget]:
     """The budgets that bind a principal this month, the key's before the team's."""
     budgets = []
     if principal.key_budget_usd is not None:
-        budgets.append(Budget("key", principal.key_id, month, principal.key_budget_usd))
+        budgets.append(Budget("key", principal.key_id, month, principal.key_budget_usd, principal.team_id))
     if principal.team_budget_usd is not None:
-        budgets.append(Budget("team", principal.team_id, month, principal.team_budget_usd))
+        budgets.append(Budget("team", principal.team_id, month, principal.team_budget_usd, principal.team_id))
     return budgets
 
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import msgspec
 import structlog
-from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from gateway.metering.buffer import MemoryBuffer, MeteringBacklogFull
 from gateway.metering.events import UsageEvent
+from gateway.redis.client import RedisClient
 from gateway.redis.group_commit import PipelineBatcher
 
 EVENT_FIELD = b"event"
@@ -66,7 +66,7 @@ def process_consumer_name() -> str:
 class RedisStreamBuffer:
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         stream: str = "gateway:usage",
         group: str = "writers",
         consumer: str | None = None,
@@ -127,7 +127,9 @@ class RedisStreamBuffer:
     async def _xadd(self, payload: bytes) -> None:
         """The appends queued before the next round trip go out as one script call adding an entry
         each (see gateway.redis.group_commit)."""
-        await self._batcher.merge_script(self._append_script, self.stream, payload, self._append_args)
+        await self._batcher.merge_script(
+            self._append_script, self.stream, payload, self._append_args, durable=True
+        )
 
     def _append_args(self, payloads: list[bytes]) -> tuple[list[str], list[bytes]]:
         return [self.stream], payloads

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from gateway.redis.client import RedisClient
 from gateway.settings import CircuitSettings
 
 
@@ -127,7 +127,7 @@ class RedisHealthBoard(HealthBoard):
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         deployments: Iterable[str],
         settings: CircuitSettings,
         clock: Callable[[], float] = time.time,

@@ -9,17 +9,20 @@ single-process default with the same semantics. The pin itself is `gateway.routi
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import structlog
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
+from gateway.redis.client import RedisClient
+from gateway.redis.urls import Durability
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.deployment import Deployment
 
@@ -128,20 +131,21 @@ local function join(key, v, joined)
   return created
 end
 """
-# KEYS[1] pin hash, KEYS[2] index zset; ARGV: now, ttl_ms, member, joined_at or ''
+# Each script touches the pin's own hash only (one key, so any Cluster slot); the index of live pins
+# is another key, in another slot, written beside it.
+# KEYS[1] pin hash; ARGV: now, ttl_ms, joined_at or ''
 _TOUCH = (
     _JOIN
     + """
 local v = redis.call('HMGET', KEYS[1], 'pin', 'confirmed', 'created')
 if not v[1] then return false end
-local created = join(KEYS[1], v, ARGV[4])
+local created = join(KEYS[1], v, ARGV[3])
 redis.call('HSET', KEYS[1], 'last_used', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
 return {v[1], v[2] or '0', ARGV[1], created}
 """
 )
-# ARGV: pin json, created (its arrival time), ttl_ms, member, now
+# KEYS[1] pin hash; ARGV: pin json, created (its arrival time), ttl_ms, now
 _PLACE = (
     _JOIN
     + """
@@ -153,10 +157,9 @@ else
   v = {ARGV[1], '0'}
   redis.call('HSET', KEYS[1], 'pin', ARGV[1], 'confirmed', '0', 'created', created)
 end
-redis.call('HSET', KEYS[1], 'last_used', ARGV[5])
+redis.call('HSET', KEYS[1], 'last_used', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
-return {v[1], v[2] or '0', ARGV[5], created}
+return {v[1], v[2] or '0', ARGV[4], created}
 """
 )
 # KEYS[1] pin hash; ARGV: deployment
@@ -183,9 +186,14 @@ return {ARGV[2], '0', ARGV[3], created}
 
 
 class RedisPinStore:
-    """Pins as Redis hashes `gw:pin:<team>:<batch>` with idle expiry, plus a zset for counting.
+    """Pins as Redis hashes `gw:pin:{<team>:<batch>}` with idle expiry, plus a zset for counting.
 
-    Every change is one Lua script, so concurrent requests in any process see one answer.
+    Every change is one Lua script on the pin's one key, so concurrent requests in any process see
+    one answer; the zset of live pins (`gw:pins`, scored by last use) is updated beside it, and
+    only counts. With `durability`, a placement, move or confirmation is followed by WAIT on its
+    connection: a failover then keeps it unless no replica had it in time, and a pin lost that way
+    is placed again where the first one was (placement is a rendezvous choice), unless circuits
+    changed meanwhile.
     """
 
     INDEX = "gw:pins"
@@ -193,9 +201,15 @@ class RedisPinStore:
     CACHE_LIMIT = 10_000
 
     def __init__(
-        self, redis: Redis, idle_ttl_s: float, prefix: str = "gw:pin:", confirmed_cache_s: float = 1.0
+        self,
+        redis: RedisClient,
+        idle_ttl_s: float,
+        prefix: str = "gw:pin:",
+        confirmed_cache_s: float = 1.0,
+        durability: Durability | None = None,
     ) -> None:
         self._redis = redis
+        self._durability = durability or Durability()
         # A confirmed pin never moves, so a process may reuse what it read for a moment: one
         # Redis round trip per batch per second instead of one per request. Only a DELETE from
         # another process is seen up to `confirmed_cache_s` late.
@@ -210,7 +224,7 @@ class RedisPinStore:
         self._move = redis.register_script(_MOVE)
 
     def _key(self, team_id: str, batch_id: str) -> str:
-        return f"{self._prefix}{team_id}:{batch_id}"
+        return f"{self._prefix}{{{team_id}:{batch_id}}}"
 
     @staticmethod
     def _decode(reply: list[bytes] | None) -> BatchPin | None:
@@ -221,13 +235,40 @@ class RedisPinStore:
             pin, confirmed=reply[1] == b"1", last_used_at=float(reply[2]), created_at=float(reply[3])
         )
 
-    async def _run(self, script: AsyncScript, keys: list[str], args: list[EncodableT]) -> Any:
-        """The script's reply: a pin's fields, nil, or a number (CONFIRM)."""
+    async def _run(
+        self,
+        script: AsyncScript,
+        key: str,
+        args: list[EncodableT],
+        *,
+        index: Literal["add", "refresh"] | None = None,
+        durable: bool = False,
+    ) -> Any:
+        """The script's reply on the pin `key`: a pin's fields, nil, or a number (CONFIRM).
+        `index`: note the pin's use in the index too ("refresh": only if listed, as a touch of no
+        pin must not list one); `durable`: wait for the replicas after it."""
         try:
-            reply: Any = await script(keys=keys, args=args)
+            if index is not None:
+                listed = self._redis.zadd(self.INDEX, {key: time.time()}, xx=index == "refresh")
+                reply, _ = await asyncio.gather(self._script(script, key, args, durable), listed)
+            else:
+                reply = await self._script(script, key, args, durable)
         except RedisError as exc:
             log.warning("pin_store_failed", error=type(exc).__name__)  # the class only: no key names
             raise PinStoreUnavailable("batch pin store unreachable") from exc
+        return reply
+
+    async def _script(self, script: AsyncScript, key: str, args: list[EncodableT], durable: bool) -> Any:
+        if not (durable and self._durability.waits) or isinstance(self._redis, RedisCluster):
+            return await script(keys=[key], args=args)
+        # WAIT counts the writes of its own connection: the script and it share one pipeline's.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await script(keys=[key], args=args, client=pipe)
+            pipe.execute_command("WAIT", self._durability.min_replicas, self._durability.replica_timeout_ms)
+            reply, acknowledged = await pipe.execute()
+        if int(acknowledged) < self._durability.min_replicas:
+            # Kept all the same: a pin lost in a failover is placed again by the same rendezvous choice.
+            log.warning("pin_not_replicated", acknowledged=int(acknowledged))
         return reply
 
     async def touch(
@@ -241,9 +282,7 @@ class RedisPinStore:
             if fresh and (joined_at is None or joined_at >= known.created_at):
                 return known
         joined = "" if joined_at is None else repr(joined_at)
-        reply = await self._run(
-            self._touch, [key, self.INDEX], [repr(time.time()), self._ttl_ms, key, joined]
-        )
+        reply = await self._run(self._touch, key, [repr(time.time()), self._ttl_ms, joined], index="refresh")
         pin = self._decode(reply)
         self._remember(key, pin)
         return pin
@@ -258,14 +297,20 @@ class RedisPinStore:
 
     async def place(self, pin: BatchPin) -> BatchPin:
         key = self._key(pin.team_id, pin.batch_id)
-        args: list[EncodableT] = [msgspec.json.encode(pin), repr(pin.created_at), self._ttl_ms, key]
-        reply = await self._run(self._place, [key, self.INDEX], [*args, repr(time.time())])
+        args: list[EncodableT] = [
+            msgspec.json.encode(pin),
+            repr(pin.created_at),
+            self._ttl_ms,
+            repr(time.time()),
+        ]
+        reply = await self._run(self._place, key, args, index="add", durable=True)
         placed = self._decode(reply)
         assert placed is not None
         return placed
 
     async def confirm(self, team_id: str, batch_id: str, deployment: str) -> None:
-        await self._run(self._confirm, [self._key(team_id, batch_id)], [deployment])
+        # Durable too: a confirmation lost in a failover would let a later failure move the pin.
+        await self._run(self._confirm, self._key(team_id, batch_id), [deployment], durable=True)
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
         now = time.time()
@@ -273,14 +318,15 @@ class RedisPinStore:
             pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
         )
         args: list[EncodableT] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
-        reply = await self._run(self._move, [self._key(pin.team_id, pin.batch_id)], args)
+        reply = await self._run(self._move, self._key(pin.team_id, pin.batch_id), args, durable=True)
         return self._decode(reply) or pin
 
     async def delete(self, team_id: str, batch_id: str) -> bool:
         key = self._key(team_id, batch_id)
         self._confirmed.pop(key, None)
         try:
-            async with self._redis.pipeline(transaction=True) as pipe:
+            # Two keys in two slots: no transaction; an index member left behind only counts until trimmed.
+            async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.delete(key)
                 pipe.zrem(self.INDEX, key)
                 deleted, _ = await pipe.execute()

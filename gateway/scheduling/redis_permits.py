@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
+from gateway.redis.client import RedisClient
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.scheduling.permit_scripts import ACQUIRE, RELEASE, RESTATE, TOTALS
 from gateway.scheduling.permits import Caps, PermitTotals
@@ -85,7 +85,12 @@ class RedisPermits:
     `process`: this process's name in Redis (default: drawn per process)."""
 
     def __init__(
-        self, redis: Redis, batcher: PipelineBatcher, *, lease_s: float = LEASE_S, process: str | None = None
+        self,
+        redis: RedisClient,
+        batcher: PipelineBatcher,
+        *,
+        lease_s: float = LEASE_S,
+        process: str | None = None,
     ) -> None:
         self._batcher = batcher
         self._lease_s = lease_s

@@ -7,10 +7,10 @@ from typing import Protocol, cast, runtime_checkable
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
-from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
+from gateway.redis.client import RedisClient
 from gateway.settings import Settings
 
 
@@ -26,7 +26,7 @@ class AdminServices(Protocol):
     def key_cache(self) -> KeyCache: ...
 
     @property
-    def redis(self) -> Redis | None: ...
+    def redis(self) -> RedisClient | None: ...
 
 
 def services_of(connection: ASGIConnection) -> AdminServices:

@@ -37,7 +37,7 @@ async def test_a_cold_redis_gets_the_months_spend_back(
     assert spend.teams == {"team_a": to_units(sum(costs, Decimal(0)))}
     assert sum(spend.keys.values()) == to_units(sum(costs, Decimal(0)))
     assert await limiter.spent_usd("team", "team_a", "2026-11") == sum(costs, Decimal(0))
-    assert await limiter.spent_usd("key", "key_1", "2026-11") == sum(costs[1::3], Decimal(0))
+    assert await limiter.spent_usd("key", "key_1", "2026-11", "team_a") == sum(costs[1::3], Decimal(0))
 
 
 async def test_a_budget_nearly_spent_still_refuses_after_redis_is_emptied(

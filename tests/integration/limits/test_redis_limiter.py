@@ -138,5 +138,5 @@ async def test_a_negative_settle_on_real_redis_raises_nothing_and_counts_nothing
 
     await limiter.settle(who, usage_event(clock, prompt=-100, completion=-5, cost="-3"), admission)
 
-    assert await redis_pair[0].get("gw:spend:team:team_a:2026-11") is None
+    assert await redis_pair[0].get("gw:{team:team_a}:spend:team:team_a:2026-11") is None
     assert isinstance(await reserved(limiter, usd("0.001", 10), team_budget_usd=Decimal("0.001")), Admission)

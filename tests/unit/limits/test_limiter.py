@@ -187,7 +187,7 @@ async def test_spend_is_the_exact_sum_of_the_costs(limiter: Limiter, clock: Cloc
         await limiter.settle(who, usage_event(clock, cost=str(cost)), None)
 
     assert await limiter.spent_usd("team", "team_a", "2026-11") == sum(costs)
-    assert await limiter.spent_usd("key", "key_a", "2026-11") == sum(costs)
+    assert await limiter.spent_usd("key", "key_a", "2026-11", "team_a") == sum(costs)
     assert await limiter.spent_usd("team", "team_b", "2026-11") == 0
 
 
@@ -195,12 +195,14 @@ async def test_reconcile_raises_counters_but_never_lowers_them(limiter: Limiter,
     await limiter.settle(principal(), usage_event(clock, cost="5"), None)
 
     await limiter.reconcile(
-        MonthSpend("2026-11", teams={"team_a": 3 * 10**10, "team_b": 7 * 10**10}, keys={"key_b": 1})
+        MonthSpend(
+            "2026-11", teams={"team_a": 3 * 10**10, "team_b": 7 * 10**10}, keys={("team_b", "key_b"): 1}
+        )
     )
 
     assert await limiter.spent_usd("team", "team_a", "2026-11") == 5
     assert await limiter.spent_usd("team", "team_b", "2026-11") == 7
-    assert await limiter.spent_usd("key", "key_b", "2026-11") == Decimal("1E-10")
+    assert await limiter.spent_usd("key", "key_b", "2026-11", "team_b") == Decimal("1E-10")
     team_b = Principal(key_id="key_b", key_prefix="p", team_id="team_b", team_name="b")
     with pytest.raises(QuotaExceeded):
         await limiter.admit(replace(team_b, team_budget_usd=Decimal(7)), tokens(0))
@@ -211,7 +213,7 @@ async def test_costs_finer_than_the_records_round_as_the_records_do(limiter: Lim
     await limiter.settle(principal(), usage_event(clock, cost="0.00000000005"), None)  # half a unit: up
     await limiter.settle(principal(), usage_event(clock, cost="0.00000000004"), None)  # less: down
 
-    assert await limiter.spent_usd("key", "key_a", "2026-11") == Decimal("1E-10")
+    assert await limiter.spent_usd("key", "key_a", "2026-11", "team_a") == Decimal("1E-10")
 
 
 # --- reservations against budgets ---------------------------------------------------------------
@@ -250,7 +252,7 @@ async def test_a_settle_replaces_the_hold_by_the_real_cost(limiter: Limiter, clo
     for admission in admitted:
         await limiter.settle(who, usage_event(clock, cost="0.004"), admission)
 
-    assert await limiter.spent_usd("key", "key_a", "2026-11") == Decimal("0.04")
+    assert await limiter.spent_usd("key", "key_a", "2026-11", "team_a") == Decimal("0.04")
     for _ in range(6):  # 0.06 left
         await limiter.admit(who, usd("0.01"))
     await refusal_of(limiter, who, usd("0.01"))

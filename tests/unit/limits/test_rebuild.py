@@ -12,8 +12,8 @@ from gateway.limits.rebuild import SpendRebuilds
 from gateway.limits.spend import Budget
 from tests.unit.limits.conftest import NOV_3, Records
 
-TEAM = Budget("team", "team_a", "2026-11", Decimal(1))
-KEY = Budget("key", "key_a", "2026-11", Decimal(1))
+TEAM = Budget("team", "team_a", "2026-11", Decimal(1), "team_a")
+KEY = Budget("key", "key_a", "2026-11", Decimal(1), "team_a")
 
 
 class Seeds:

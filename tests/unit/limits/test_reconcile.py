@@ -57,9 +57,9 @@ async def test_load_month_spend_sums_the_months_records_exactly(
     assert spend.month == "2026-11"
     assert spend.teams == {"team_a": to_units(odd + even), "team_b": to_units(Decimal("12.5"))}
     assert spend.keys == {
-        "key_a0": to_units(even),
-        "key_a1": to_units(odd),
-        "key_b": to_units(Decimal("12.5")),
+        ("team_a", "key_a0"): to_units(even),
+        ("team_a", "key_a1"): to_units(odd),
+        ("team_b", "key_b"): to_units(Decimal("12.5")),
     }
 
 
@@ -81,7 +81,7 @@ async def test_reconcile_seeds_both_limiters(sqlite_sessions: Sessions, make_eve
 
     for limiter in limiters:
         assert await limiter.spent_usd("team", "team_b", "2026-11") == Decimal("12.5")
-        assert await limiter.spent_usd("key", "key_a0", "2026-10") == 0  # other months not loaded
+        assert await limiter.spent_usd("key", "key_a0", "2026-10", "team_a") == 0  # other months not loaded
     await redis.aclose()
 
 

@@ -20,6 +20,11 @@ from gateway.redis.group_commit import PipelineBatcher
 from tests.support.round_trips import RoundTrips
 from tests.unit.limits.conftest import Clock, Records, principal, tokens, usage_event, usd
 
+# The counters of key_a and its team: one hash tag (the team's), so one Cluster slot.
+TEAM_SPEND = "gw:{team:team_a}:spend:team:team_a:2026-11"
+KEY_SPEND = "gw:{team:team_a}:spend:key:key_a:2026-11"
+KEY_REQUESTS = "gw:{team:team_a}:rate:key:key_a:requests"
+
 
 async def test_two_processes_share_one_window(fake_server: fakeredis.FakeServer, clock: Clock) -> None:
     first = RedisLimiter(FakeRedis(server=fake_server), clock)
@@ -42,10 +47,10 @@ async def test_counters_are_named_per_month_and_expire(fake_redis: FakeRedis, cl
     await limiter.admit(principal(key_rpm=10), tokens(0))
     await limiter.settle(principal(key_rpm=10), usage_event(clock, cost="0.25"), None)
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"2500000000"
-    assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"2500000000"
-    assert 34 * 86_400 < await fake_redis.ttl("gw:spend:team:team_a:2026-11") <= 35 * 86_400
-    assert 0 < await fake_redis.pttl("gw:rate:key:key_a:requests") <= 7_000  # full again after 6 s
+    assert await fake_redis.get(TEAM_SPEND) == b"2500000000"
+    assert await fake_redis.get(KEY_SPEND) == b"2500000000"
+    assert 34 * 86_400 < await fake_redis.ttl(TEAM_SPEND) <= 35 * 86_400
+    assert 0 < await fake_redis.pttl(KEY_REQUESTS) <= 7_000  # full again after 6 s
 
 
 async def test_the_spend_of_a_caller_no_limit_binds_is_written_in_bulk(
@@ -55,11 +60,11 @@ async def test_the_spend_of_a_caller_no_limit_binds_is_written_in_bulk(
     for _ in range(3):
         await limiter.settle(principal(), usage_event(clock, cost="0.25"), None)
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") is None  # not one command a request
+    assert await fake_redis.get(TEAM_SPEND) is None  # not one command a request
     assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("0.75")  # but counted
     await asyncio.sleep(DEFERRED_SPEND_S + 0.2)
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"7500000000"
-    assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"7500000000"
+    assert await fake_redis.get(TEAM_SPEND) == b"7500000000"
+    assert await fake_redis.get(KEY_SPEND) == b"7500000000"
     assert await limiter.spent_usd("team", "team_a", "2026-11") == Decimal("0.75")
 
 
@@ -69,7 +74,7 @@ async def test_a_graceful_stop_writes_the_spend_held_back(fake_redis: FakeRedis,
 
     await limiter.aclose()
 
-    assert await fake_redis.get("gw:spend:key:key_a:2026-11") == b"2500000000"
+    assert await fake_redis.get(KEY_SPEND) == b"2500000000"
 
 
 async def test_spend_held_back_while_redis_is_down_is_written_once_it_is_back(
@@ -84,7 +89,7 @@ async def test_spend_held_back_while_redis_is_down_is_written_once_it_is_back(
 
     await limiter.settle(principal(key_rpm=10), usage_event(clock, cost="0.5"), None)
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"7500000000"
+    assert await fake_redis.get(TEAM_SPEND) == b"7500000000"
 
 
 async def test_windows_run_on_the_servers_clock_by_default(fake_redis: FakeRedis) -> None:
@@ -142,10 +147,12 @@ async def test_reconcile_on_a_cold_redis_restores_every_counter(fake_redis: Fake
     big = 2**60  # stored as the records say, digit for digit
     exact = 2**53 - 1  # the largest spend the scripts compare to the unit (about 900,000 USD)
 
-    await limiter.reconcile(MonthSpend("2026-11", teams={"team_a": big, "team_b": exact}, keys={"key_a": 10}))
+    await limiter.reconcile(
+        MonthSpend("2026-11", teams={"team_a": big, "team_b": exact}, keys={("team_a", "key_a"): 10})
+    )
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == str(big).encode()
-    assert await fake_redis.ttl("gw:spend:key:key_a:2026-11") > 34 * 86_400
+    assert await fake_redis.get(TEAM_SPEND) == str(big).encode()
+    assert await fake_redis.ttl(KEY_SPEND) > 34 * 86_400
     with pytest.raises(QuotaExceeded):
         await limiter.admit(principal(team_budget_usd=Decimal(big).scaleb(-10)), tokens(0))
     team_b = replace(principal(), team_id="team_b")
@@ -182,16 +189,16 @@ async def test_a_hold_is_a_member_of_the_counters_holds_until_its_settle(
     admission = await limiter.admit(who, Reservation(tokens=10, units=250))
     assert admission.hold is not None
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11:held") == b"250"
-    members = await fake_redis.zrange("gw:spend:team:team_a:2026-11:holds", 0, -1, withscores=True)
+    assert await fake_redis.get(TEAM_SPEND + ":held") == b"250"
+    members = await fake_redis.zrange(TEAM_SPEND + ":holds", 0, -1, withscores=True)
     assert members == [(f"250:{admission.hold.id}".encode(), (clock.now + 600) * 1e6)]
-    assert await fake_redis.exists("gw:spend:key:key_a:2026-11:held") == 0  # the key has no budget
+    assert await fake_redis.exists(KEY_SPEND + ":held") == 0  # the key has no budget
 
     await limiter.settle(who, usage_event(clock, cost="0.00000001"), admission)
 
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11:held") == b"0"
-    assert await fake_redis.zcard("gw:spend:team:team_a:2026-11:holds") == 0
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"100"
+    assert await fake_redis.get(TEAM_SPEND + ":held") == b"0"
+    assert await fake_redis.zcard(TEAM_SPEND + ":holds") == 0
+    assert await fake_redis.get(TEAM_SPEND) == b"100"
 
 
 async def test_settles_sharing_a_round_trip_each_end_their_hold(fake_redis: FakeRedis, clock: Clock) -> None:
@@ -201,7 +208,7 @@ async def test_settles_sharing_a_round_trip_each_end_their_hold(fake_redis: Fake
 
     await asyncio.gather(*(limiter.settle(who, usage_event(clock, prompt=10), a) for a in admitted))
 
-    assert await fake_redis.get("gw:spend:key:key_a:2026-11:held") == b"0"
+    assert await fake_redis.get(KEY_SPEND + ":held") == b"0"
     headers = (await limiter.admit(who, Reservation(tokens=0))).headers
     assert headers["x-ratelimit-remaining-tokens"] == "9800"  # 20 x 10 tokens used
 
@@ -247,7 +254,7 @@ async def test_a_settle_into_an_emptied_redis_does_not_make_its_counter_trusted(
 async def test_a_negative_counter_left_in_redis_is_compared_as_a_number(
     fake_redis: FakeRedis, clock: Clock
 ) -> None:
-    await fake_redis.set("gw:spend:team:team_a:2026-11", -50_000_000_000)  # -5 USD
+    await fake_redis.set(TEAM_SPEND, -50_000_000_000)  # -5 USD
     limiter = RedisLimiter(fake_redis, clock)
     who = principal(team_budget_usd=Decimal("0.001"))
 
@@ -257,7 +264,7 @@ async def test_a_negative_counter_left_in_redis_is_compared_as_a_number(
         await limiter.admit(who, usd("0.0005"))
     for admission in admitted:
         await limiter.settle(who, usage_event(clock, cost="-1"), admission)  # clamped: no effect
-    assert await fake_redis.get("gw:spend:team:team_a:2026-11") == b"-50000000000"
+    assert await fake_redis.get(TEAM_SPEND) == b"-50000000000"
     await limiter.admit(who, usd("0.001"))
 
 

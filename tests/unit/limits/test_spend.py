@@ -39,4 +39,11 @@ def test_december_ends_in_january() -> None:
 def test_counter_names_carry_the_month() -> None:
     now = datetime(2026, 11, 30, 23, 0, tzinfo=UTC).timestamp()
 
-    assert spend_key("team", "team_x", month_of(now)) == "gw:spend:team:team_x:2026-11"
+    assert spend_key("team", "team_x", month_of(now)) == "gw:{team:team_x}:spend:team:team_x:2026-11"
+
+
+def test_a_keys_counter_shares_its_teams_hash_tag() -> None:
+    # One Cluster slot for both: an admission's script touches the key's and the team's counters.
+    assert spend_key("key", "key_x", "2026-11", "team_x") == "gw:{team:team_x}:spend:key:key_x:2026-11"
+    with pytest.raises(ValueError, match="with its team"):
+        spend_key("key", "key_x", "2026-11")
