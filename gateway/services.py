@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
-from gateway.db.session import create_engine, session_factory
+from gateway.db.session import create_engine, open_read_engine, session_factory
 from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
@@ -72,6 +72,10 @@ class Services:
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     job_runner: JobRunner | None = None  # this process's share of the Batch API's jobs
+    # what usage reports, usage endpoints and console pages read through: a read replica's
+    # (GATEWAY_DATABASE_READ_URL) or, without one, the primary's
+    read_engine: AsyncEngine | None = None
+    report_sessions: async_sessionmaker[AsyncSession] | None = None
 
     def start_background(self) -> None:
         self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
@@ -131,6 +135,8 @@ class Services:
             await self.limiter.aclose()
         if self.redis is not None:
             await self.redis.aclose()
+        if self.read_engine is not None and self.read_engine is not self.engine:
+            await self.read_engine.dispose()
         await self.engine.dispose()
 
 
@@ -170,6 +176,7 @@ def open_services(settings: Settings) -> Services:
     deployment_ids = [d.id for d in table.all()]
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
+    read_engine = open_read_engine(settings.database_read_url, engine)
     redis: RedisClient | None = None
     batcher: PipelineBatcher | None = None
     buffer: UsageBuffer
@@ -222,6 +229,8 @@ def open_services(settings: Settings) -> Services:
         table=table,
         engine=engine,
         sessions=sessions,
+        read_engine=read_engine,
+        report_sessions=sessions if read_engine is engine else session_factory(read_engine),
         redis=redis,
         key_cache=key_cache,
         buffer=buffer,

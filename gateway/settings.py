@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import msgspec
 from sqlalchemy.engine import make_url
@@ -32,6 +31,7 @@ from gateway.catalog import (
     load_catalog,
     unpriced_deployments,
 )
+from gateway.redis.urls import RedisUrlError, parse_redis_url
 from gateway.work_settings import Capacity, FileSettings, JobSettings, S3Settings, SchedulingSettings
 
 __all__ = [
@@ -66,6 +66,13 @@ class Settings(msgspec.Struct, frozen=True):
     database_url: str
     redis_url: str | None
     admin_key: str | None
+    # a read replica for the usage reports, usage endpoints and console pages; None: the primary
+    database_read_url: str | None = None
+    # usage_records' month partitions created ahead of the current month (PostgreSQL)
+    usage_partitions_ahead: int = 3
+    # whole months of usage records kept before the current one; None: kept forever. Older months
+    # are dropped once usage_daily holds their totals (gateway.metering.retention)
+    usage_retention_months: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
@@ -103,6 +110,12 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         raise ConfigError(f"GATEWAY_LOG_FORMAT: must be json or console, not {log_format!r}")
     database_url = env.get("GATEWAY_DATABASE_URL") or "sqlite:///data/gateway.db"
     _check_database_url(database_url)
+    database_read_url = env.get("GATEWAY_DATABASE_READ_URL") or None
+    if database_read_url is not None:
+        _check_database_url(database_read_url, "GATEWAY_DATABASE_READ_URL")
+    partitions_ahead = _int_env(env, "GATEWAY_USAGE_PARTITIONS_AHEAD", 3)
+    if partitions_ahead < 0:
+        raise ConfigError("GATEWAY_USAGE_PARTITIONS_AHEAD: must not be negative")
     redis_url = env.get("GATEWAY_REDIS_URL") or None
     if redis_url is not None:
         _check_redis_url(redis_url)
@@ -122,6 +135,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         database_url=database_url,
         redis_url=redis_url,
         admin_key=env.get("GATEWAY_ADMIN_KEY") or None,
+        database_read_url=database_read_url,
+        usage_partitions_ahead=partitions_ahead,
+        usage_retention_months=_positive_int_env(env, "GATEWAY_USAGE_RETENTION_MONTHS"),
         host=env.get("GATEWAY_HOST", "127.0.0.1"),
         port=_int_env(env, "GATEWAY_PORT", 8080),
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
@@ -160,36 +176,29 @@ def _default_log_format() -> str:
 
 
 DATABASE_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "sqlite", "sqlite+aiosqlite")
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-def _check_database_url(url: str) -> None:
+def _check_database_url(url: str, name: str = "GATEWAY_DATABASE_URL") -> None:
     """The URL names a database the gateway has a driver for; its text never goes into the message,
     since it may carry a password."""
     try:
         scheme = make_url(url).drivername
     except ArgumentError:
         raise ConfigError(
-            "GATEWAY_DATABASE_URL: not a database URL (postgresql://user@host:5432/name or sqlite:///path)"
+            f"{name}: not a database URL (postgresql://user@host:5432/name or sqlite:///path)"
         ) from None
     except ValueError:  # a port that is not a number
-        raise ConfigError("GATEWAY_DATABASE_URL: the port must be a number") from None
+        raise ConfigError(f"{name}: the port must be a number") from None
     if scheme not in DATABASE_SCHEMES:
-        raise ConfigError(
-            f"GATEWAY_DATABASE_URL: unsupported scheme {scheme!r} (use postgresql:// or sqlite:///)"
-        )
+        raise ConfigError(f"{name}: unsupported scheme {scheme!r} (use postgresql:// or sqlite:///)")
 
 
 def _check_redis_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in REDIS_SCHEMES:
-        raise ConfigError(
-            f"GATEWAY_REDIS_URL: unsupported scheme {parts.scheme!r} (use redis://, rediss:// or unix://)"
-        )
+    """One server, a Sentinel set or a Cluster: the forms of gateway.redis.urls (docs/redis.md)."""
     try:
-        parts.port  # noqa: B018  (urlsplit checks the port only when it is read)
-    except ValueError:
-        raise ConfigError("GATEWAY_REDIS_URL: the port must be a number from 0 to 65535") from None
+        parse_redis_url(url)
+    except RedisUrlError as exc:
+        raise ConfigError(f"GATEWAY_REDIS_URL: {exc}") from None
 
 
 def _int_env(env: dict[str, str], name: str, default: int) -> int:

@@ -1,6 +1,8 @@
-"""`python -m bench.usage_scale [--records N] [--runs N] [--reuse]` (`make bench-usage`).
+"""`python -m bench.usage_scale [--records N | --ten-million] [--runs N] [--reuse]` (`make bench-usage`).
 
-Loads the records (unless `--reuse` finds them loaded), then prints, each against its target:
+Loads the records into usage_records' month partitions (unless `--reuse` finds them loaded; 1M by
+default, `--ten-million` for the production-sized run, several minutes of loading), then prints,
+each against its target:
 the server time of every report query, of the usage endpoints and of every console page (median
 and p95 over `--runs` runs), and the usage writer's records/s with the daily totals kept and
 without them."""
@@ -11,6 +13,7 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy import text
@@ -21,8 +24,10 @@ from bench.usage_scale.dataset import DAYS, Tenant, events
 from bench.usage_scale.dataset import day_zero as first_day
 from bench.usage_scale.queries import queries, timed
 from gateway.db.session import create_engine, session_factory
+from gateway.metering.partitions import DEFAULT_PARTITION
 
-QUERY_TARGET_MS = 100.0  # "well under" the pages' 300 ms
+QUERY_TARGET_MS = 100.0  # "well under" the pages' 300 ms (and the 200 ms asked of the month's report)
+PROGRESS_EVERY = 1_000_000  # records, between the load's progress lines
 PAGE_TARGET_MS = 300.0
 WRITER_RECORDS = 100_000
 WRITER_ROUNDS = 2
@@ -51,8 +56,9 @@ async def load(records: int, reuse: bool) -> tuple[stack.Sessions, list[Tenant],
     engine = create_engine(url)
     sessions = session_factory(engine)
     tenants, secret = await stack.create_tenants(sessions)
+    partitions = await stack.create_partitions(sessions, day_zero, time.time())
     print(f"loading {records:,} records over {DAYS} days into {stack.DATABASE} ...", flush=True)
-    written, writing_s = await stack.write(sessions, events(records, day_zero, tenants))
+    written, writing_s = await stack.write(sessions, events(records, day_zero, tenants), progress=_progress())
     started = time.perf_counter()
     await stack.analyze(engine)
     analyzed_s = time.perf_counter() - started
@@ -68,9 +74,26 @@ async def load(records: int, reuse: bool) -> tuple[stack.Sessions, list[Tenant],
             ),
             context("load", "writer records/s while loading", f"{written / writing_s:,.0f}"),
             context("load", "usage_daily rows", f"{daily:,} ({written / max(daily, 1):.0f} records each)"),
+            context("load", "month partitions made for the records", f"{len(partitions)}"),
+            context(
+                "load",
+                "records in the DEFAULT partition",
+                f"{await stack.count(engine, DEFAULT_PARTITION):,}",
+            ),
             context("load", "VACUUM ANALYZE after the load", f"{analyzed_s:.1f} s"),
         ],
     )
+
+
+def _progress() -> Callable[[int, float], None]:
+    shown = [0]
+
+    def show(written: int, seconds: float) -> None:
+        if written - shown[0] >= PROGRESS_EVERY:
+            shown[0] = written
+            print(f"  {written:,} records, {written / seconds:,.0f}/s writing", flush=True)
+
+    return show
 
 
 async def report_figures(
@@ -105,11 +128,12 @@ async def page_figures(tenants: list[Tenant], secret: str, day_zero: float, runs
 
 
 async def writer_figures(records: int) -> list[Figure]:
-    """The writer's records/s into a fresh database, with the daily totals' triggers on and off,
-    alternately, WRITER_ROUNDS times each."""
+    """The writer's records/s into a fresh database's month partitions, with the daily totals'
+    triggers on and off, alternately, WRITER_ROUNDS times each."""
     engine = create_engine(await stack.recreate(stack.WRITER_DATABASE))
     sessions = session_factory(engine)
     tenants, _ = await stack.create_tenants(sessions)
+    await stack.create_partitions(sessions, first_day(), time.time())
     rates: dict[bool, list[float]] = {True: [], False: []}
     for round_no in range(WRITER_ROUNDS):
         for kept in (True, False):
@@ -129,7 +153,8 @@ async def writer_figures(records: int) -> list[Figure]:
     return [
         context(
             "writer",
-            f"records/s, daily totals kept ({records:,} records, mean of {WRITER_ROUNDS})",
+            f"records/s into month partitions, daily totals kept ({records:,} records, "
+            f"mean of {WRITER_ROUNDS})",
             f"{with_daily:,.0f}",
         ),
         context(
@@ -162,6 +187,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.usage_scale", description=__doc__)
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="usage records to load (default 1,000,000)"
+    )
+    parser.add_argument(
+        "--ten-million",
+        action="store_const",
+        const=10_000_000,
+        dest="records",
+        help="load 10,000,000 records",
     )
     parser.add_argument("--runs", type=int, default=20, help="timed runs of each query and page (default 20)")
     parser.add_argument("--reuse", action="store_true", help=f"time the {stack.DATABASE} database as it is")

@@ -1,12 +1,14 @@
 """What the usage benchmark runs on: its own PostgreSQL database (`gateway_bench_usage`, recreated
 and migrated), its teams and keys made through the admin repositories, and usage records written
-by the gateway's own writer (binary COPY, the daily totals kept by the database's triggers), so the
-tables hold what production would after as many requests."""
+by the gateway's own writer (binary COPY, the daily totals kept by the database's triggers) into
+usage_records' month partitions (made ahead for the records' months, as the upkeep makes them for
+the months to come), so the tables hold what production would after as many requests."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from itertools import islice
 
 from sqlalchemy import select, text
@@ -19,6 +21,7 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import ApiKey, Team
 from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
+from gateway.metering.partitions import add_months, create_months, month_of
 from gateway.metering.writer import UsageWriter
 from gateway.schemas.admin import KeyCreate, TeamCreate
 
@@ -79,11 +82,26 @@ async def stored_tenants(sessions: Sessions) -> tuple[list[Tenant], str]:
     return tenants, secret
 
 
+async def create_partitions(sessions: Sessions, first: float, last: float) -> list[str]:
+    """The month partitions from `first`'s month to `last`'s (unix seconds); the names created."""
+    month, end = month_of(datetime.fromtimestamp(first, UTC)), month_of(datetime.fromtimestamp(last, UTC))
+    months = [month]
+    while months[-1] < end:
+        months.append(add_months(months[-1], 1))
+    async with sessions.begin() as session:
+        return await create_months(session, months)
+
+
 async def write(
-    sessions: Sessions, events: Iterable[UsageEvent], *, batch_size: int = WRITER_BATCH
+    sessions: Sessions,
+    events: Iterable[UsageEvent],
+    *,
+    batch_size: int = WRITER_BATCH,
+    progress: Callable[[int, float], None] | None = None,
 ) -> tuple[int, float]:
     """Write the events through the usage writer, as the gateway does; (records, seconds spent
-    writing: the appends to the buffer are not counted)."""
+    writing: the appends to the buffer are not counted). `progress(records, seconds)` after each
+    chunk."""
     writer = UsageWriter(MemoryBuffer(maxlen=APPEND_CHUNK), sessions, batch_size=batch_size)
     source = iter(events)
     written, writing_s = 0, 0.0
@@ -94,6 +112,8 @@ async def write(
         await writer.flush()
         writing_s += time.perf_counter() - started
         written += len(chunk)
+        if progress is not None:
+            progress(written, writing_s)
     return written, writing_s
 
 
@@ -102,7 +122,7 @@ async def analyze(engine: AsyncEngine) -> None:
     map that lets index-only scans skip the table."""
     async with engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
-        for table in ("usage_records", "usage_daily"):
+        for table in ("usage_records", "usage_daily"):  # a partitioned table: each of its partitions
             await connection.execute(text(f"VACUUM ANALYZE {table}"))
 
 

@@ -18,6 +18,7 @@ from litestar.di import NamedDependency, Provide
 from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.api.query_params import documented_query, moment_param, page_size, text_param
+from gateway.db.session import report_sessions
 from gateway.errors import InvalidRequest
 from gateway.metering.reports import (
     GROUP_FIELDS,
@@ -137,7 +138,7 @@ def _row(row: UsageRow, query: UsageQuery) -> dict[str, Any]:
 async def _report(request: Request, query: UsageQuery, output: str | None) -> Response[Any]:
     if output not in (None, "json", "csv"):
         raise InvalidRequest("`format` must be json or csv.", param="format")
-    async with services_of(request).sessions() as session:
+    async with report_sessions(services_of(request))() as session:
         rows = await usage_report(session, query)
     if output == "csv":
         return Response(report_csv(rows, query.group_by), media_type="text/csv")
@@ -186,7 +187,7 @@ async def admin_usage_events(
     query = params.query()
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
     after = text_param(cursor, "cursor")
-    async with services_of(request).sessions() as session:
+    async with report_sessions(services_of(request))() as session:
         rows, next_cursor = await usage_events(session, query, after, size)
     return _json({"object": "list", "data": [_event(row) for row in rows], "next_cursor": next_cursor})
 

@@ -17,15 +17,17 @@ from gateway.settings import ConfigError, Settings, load_settings
 Work = Callable[[Settings, AsyncSession], Awaitable[int]]
 
 
-def run_in_transaction(work: Work) -> int:
-    """Load the settings, run `work` in one transaction, and turn failures into an exit status."""
+def run_in_transaction(work: Work, *, report: bool = False) -> int:
+    """Load the settings, run `work` in one transaction, and turn failures into an exit status.
+    `report`: `work` only reads usage, through the read replica when there is one."""
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"gateway: configuration error: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_run(settings, work))
+        url = (settings.database_read_url or settings.database_url) if report else settings.database_url
+        return asyncio.run(_run(url, settings, work))
     except (GatewayError, ValueError) as exc:  # msgspec.ValidationError is a ValueError
         print(f"gateway: {_message(exc)}", file=sys.stderr)
         return 1
@@ -34,8 +36,8 @@ def run_in_transaction(work: Work) -> int:
         return 1
 
 
-async def _run(settings: Settings, work: Work) -> int:
-    engine = create_engine(settings.database_url)
+async def _run(url: str, settings: Settings, work: Work) -> int:
+    engine = create_engine(url)
     try:
         async with session_factory(engine).begin() as session:
             return await work(settings, session)

@@ -1,4 +1,6 @@
-"""`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records."""
+"""`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records;
+`gateway usage partitions`: usage_records' month partitions created ahead and expired ones dropped
+(gateway.metering.upkeep), as the usage writer does daily."""
 
 from __future__ import annotations
 
@@ -6,12 +8,15 @@ import argparse
 from datetime import UTC, date, datetime
 
 import msgspec
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.commands.database import run_in_transaction
 from gateway.commands.terminal import render_table
+from gateway.metering.partitions import is_partitioned, month_partitions
 from gateway.metering.pricing import money_str
 from gateway.metering.reports import ROW_FIELD, UsageQuery, parse_group_by, report_csv, usage_report
+from gateway.metering.retention import records_from
+from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage
 from gateway.settings import Settings
 
 TOTALS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
@@ -51,6 +56,29 @@ def cmd_usage(args: argparse.Namespace) -> int:
             print(render_table([*columns, *TOTALS, "cost_usd", "saving_usd"], table))
         return 0
 
+    return run_in_transaction(work, report=True)
+
+
+def cmd_usage_partitions(args: argparse.Namespace) -> int:
+    async def work(settings: Settings, session: AsyncSession) -> int:
+        if not await is_partitioned(session):
+            print("usage_records is not partitioned here (SQLite, or a database before migration 0008)")
+            return 0
+        ahead = settings.usage_partitions_ahead if args.ahead is None else args.ahead
+        sessions = async_sessionmaker(session.bind, expire_on_commit=False)
+        done = await keep_usage_storage(sessions, UsageUpkeep(ahead, settings.usage_retention_months))
+        for name in done.created:
+            print(f"created {name}")
+        for name in done.dropped:
+            print(f"dropped {name} (its days stay in usage_daily)")
+        months = await month_partitions(session)
+        if months:
+            print(f"month partitions: {months[0].name} .. {months[-1].name} ({len(months)})")
+        kept_from = await records_from(session)
+        if kept_from is not None:
+            print(f"records kept from {kept_from.isoformat()}; whole days before that from usage_daily")
+        return 0
+
     return run_in_transaction(work)
 
 
@@ -68,3 +96,16 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:
     usage.add_argument("--batch")
     usage.add_argument("--format", choices=("table", "csv", "json"), default="table")
     usage.set_defaults(func=cmd_usage)
+    actions = usage.add_subparsers(title="maintenance", metavar="{partitions}")
+    partitions = actions.add_parser(
+        "partitions",
+        help="create usage_records' month partitions ahead and drop expired ones (PostgreSQL)",
+    )
+    partitions.add_argument(
+        "--ahead",
+        type=int,
+        choices=range(0, 61),
+        metavar="N",
+        help="months after the current one (default GATEWAY_USAGE_PARTITIONS_AHEAD, 3)",
+    )
+    partitions.set_defaults(func=cmd_usage_partitions)

@@ -16,6 +16,7 @@ from gateway.console import rendering
 from gateway.console.sessions import Viewer
 from gateway.console.usage_view import GROUPINGS, UsageFilters, table_page, usage_view
 from gateway.db import teams
+from gateway.db.session import report_sessions
 from gateway.metering.reports import report_csv, usage_report
 from gateway.services import services_of
 
@@ -57,7 +58,7 @@ async def usage_page(
     services = services_of(request)
     filters = _filters(viewer, start, end, group, team, model)
     shown_page = table_page(page)
-    async with services.sessions() as session:
+    async with report_sessions(services)() as session:
         rows = await usage_report(session, filters.query())
         names = await team_names(session, viewer)
     return rendering.page(
@@ -84,7 +85,7 @@ async def usage_csv(
     """The page's report as CSV, every digit of the money kept (the admin API's CSV format)."""
     filters = _filters(viewer, start, end, group, team, model)
     query = filters.query()
-    async with services_of(request).sessions() as session:
+    async with report_sessions(services_of(request))() as session:
         rows = await usage_report(session, query)
     name = f"usage-{filters.first.isoformat()}-{filters.last.isoformat()}.csv"
     return Response(

@@ -77,6 +77,9 @@ class UsageRecord(Base):
         Index("ix_usage_records_batch_created", "batch_id", "created_at"),  # a batch's records, any team
     )
 
+    # On PostgreSQL the key is (request_id, created_at) and the table is partitioned by month on
+    # created_at (migration 0008): a redelivered event carries the same created_at, so the pair skips
+    # duplicates as the id alone does. Writers say `ON CONFLICT DO NOTHING` without naming the key.
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     team_id: Mapped[str] = mapped_column(String(40))
@@ -130,6 +133,16 @@ class UsageDaily(Base):
     # whole units of 1e-10 USD (the records' money scale): integers, exact on SQLite too
     cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
     uncached_cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
+
+
+class UsageRetention(Base):
+    """Where the usage records begin once retention has dropped old months
+    (gateway.metering.retention): before `records_from` only usage_daily's whole days are kept.
+    No row: every record is still there."""
+
+    __tablename__ = "usage_retention"
+
+    records_from: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
 
 
 class UsageDeadLetter(Base):

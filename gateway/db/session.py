@@ -1,4 +1,5 @@
-"""Engine creation: accepts the URLs users write and picks the async driver for them.
+"""Engine creation: accepts the URLs users write and picks the async driver for them; the engine
+the usage reports read through (a read replica's, when one is configured).
 
 Engines hide statement parameters from their errors' text, and `database_error` says what a log
 line may tell of a failed statement: never the values it carried (prompt-derived names, ids).
@@ -7,6 +8,7 @@ line may tell of a failed statement: never the values it carried (prompt-derived
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -56,6 +58,28 @@ def create_engine(url: str) -> AsyncEngine:
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def open_read_engine(read_url: str | None, primary: AsyncEngine) -> AsyncEngine:
+    """The engine reports read through: the replica's (GATEWAY_DATABASE_READ_URL), or the
+    primary's when there is none. The caller disposes it if it is not `primary`."""
+    return primary if read_url is None else create_engine(read_url)
+
+
+class ReportReaders(Protocol):
+    """What the report pages need of the running services: the primary's sessions, and the read
+    replica's when the services hold them."""
+
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]: ...
+
+
+def report_sessions(services: ReportReaders) -> async_sessionmaker[AsyncSession]:
+    """The sessions a usage report reads through: `services.report_sessions` (the read replica's,
+    or the primary's), else the primary's. Only reads that may lag the primary belong here: a
+    report over records that a replica has not replayed yet is as a report of a moment earlier;
+    key lookups and the job ledger read their own writes and stay on `sessions`."""
+    return getattr(services, "report_sessions", None) or services.sessions
 
 
 def database_error(exc: BaseException) -> str | None:

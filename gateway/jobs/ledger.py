@@ -266,11 +266,13 @@ def _counted(claim: Claim, finished: Sequence[tuple[LineOutcome, UsageEvent | No
 
 
 def _insert_ignoring_duplicates(dialect_name: str) -> Insert:
-    """A line's request id is its record's key: one record per line, however often it ran."""
+    """One record per line, however often it ran: the line's outcome is stored only while it is
+    pending, in the same transaction. No conflict target: on PostgreSQL the key is (request_id,
+    created_at) of the partitioned table (migration 0008), on SQLite request_id alone."""
     if dialect_name == "postgresql":
-        return postgresql.insert(_RECORDS).on_conflict_do_nothing(index_elements=["request_id"])
+        return postgresql.insert(_RECORDS).on_conflict_do_nothing()
     if dialect_name == "sqlite":
-        return sqlite.insert(_RECORDS).on_conflict_do_nothing(index_elements=["request_id"])
+        return sqlite.insert(_RECORDS).on_conflict_do_nothing()
     raise RuntimeError(f"usage records cannot be written to a {dialect_name} database")
 
 

@@ -7,6 +7,10 @@ statements that write the records: migration 0007) and the records themselves on
 a day its start or end cuts, so it is the sum of the records exactly, whatever the range. Money is
 summed as whole units of 1e-10 USD (the column's scale), exact on SQLite too (where NUMERIC is
 stored as a double), and given back as `Decimal`.
+
+Where retention has dropped old records (gateway.metering.retention), whole days before they begin
+still come from usage_daily; a part of a day or a page of records from before then is refused
+(400) rather than answered with the zeros of records no longer there.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.models import BatchJob, UsageDaily, UsageRecord
 from gateway.errors import InvalidRequest
 from gateway.metering.pricing import money_str
+from gateway.metering.retention import check_records_kept
 
 GroupField = Literal["team", "key", "model", "provider", "region", "batch", "day"]
 GROUP_FIELDS: tuple[GroupField, ...] = get_args(GroupField)
@@ -148,6 +153,9 @@ async def usage_report(session: AsyncSession, query: UsageQuery) -> list[UsageRo
     """Totals per group, ordered by the group-by fields (no group_by: one row of grand totals)."""
     dialect = session.get_bind().dialect.name
     days, stretches = split_range(query.start, query.end)
+    if stretches:
+        earliest = [stretch[0] or datetime.min.replace(tzinfo=UTC) for stretch in stretches]
+        await check_records_kept(session, min(earliest), "start")
     pieces = [_record_totals(query, stretch, dialect) for stretch in stretches]
     if days is not None:
         pieces.append(_daily_totals(query, days, dialect))
@@ -206,6 +214,8 @@ async def usage_events(
     """Records in (created_at, request_id) order, `limit` at a time; the cursor resumes after a page."""
     if limit < 1:
         raise InvalidRequest("limit must be at least 1", param="limit")
+    if query.start is not None:
+        await check_records_kept(session, as_utc(query.start), "start")
     conditions = _conditions(query)
     if cursor is not None:
         after_time, after_id = decode_cursor(cursor)

@@ -1,8 +1,11 @@
 """The usage writer: moves events from the buffer into `usage_records`, in bulk and idempotently.
 
-Entries are acked only after their rows are committed; `ON CONFLICT (request_id) DO NOTHING`
-makes a retried or re-claimed batch harmless. While the database is down the writer keeps its
-batch, backs off (capped, exponential) and tries again; nothing is acked, so nothing is lost.
+Entries are acked only after their rows are committed; `ON CONFLICT DO NOTHING` on the record's
+key makes a retried or re-claimed batch harmless. The key is the request id, and on a partitioned
+PostgreSQL table (request_id, created_at): a redelivered event has the same created_at, fixed when
+its request arrived (migration 0008). The conflict names no columns, so it fits either key.
+While the database is down the writer keeps its batch, backs off (capped, exponential) and tries
+again; nothing is acked, so nothing is lost.
 A batch refused for its contents (a value the database or the driver cannot take) is halved until
 each refused record is alone: every other record is written, each refused one goes to
 `usage_dead_letters` with the reason and is acked, so one record never stops the rest.
@@ -28,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.db.models import UsageDeadLetter, UsageRecord
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
+from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage_daily
 from gateway.settings import Settings
 
 # SQLSTATE classes 22 (data exception) and 23 (integrity violation): the same rows would fail again.
@@ -51,6 +55,7 @@ class UsageWriter:
         reclaim_interval_s: float | None = None,
         backoff_base_s: float = 0.1,
         backoff_max_s: float = 2.0,
+        upkeep: UsageUpkeep | None = None,
     ) -> None:
         self.buffer = buffer
         self.session_factory = session_factory
@@ -64,6 +69,7 @@ class UsageWriter:
         )
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        self.upkeep = upkeep  # month partitions and retention, kept while `run` runs (None: not here)
         self.records_written = 0  # committed (a duplicate of an existing record counts too)
         self.records_rejected = 0  # refused for their contents: dead-lettered (or dropped if that failed)
         self.last_error: str | None = None  # None once a write succeeds again; for /readyz
@@ -84,11 +90,25 @@ class UsageWriter:
             batch_size=settings.metering_batch_size,
             flush_interval_s=settings.metering_flush_interval_s,
             reclaim_idle_ms=int(settings.metering_reclaim_idle_s * 1000),
+            upkeep=UsageUpkeep(settings.usage_partitions_ahead, settings.usage_retention_months),
         )
 
     async def run(self) -> None:
         """Write until `stop`: read a batch (waiting up to flush_interval_s), persist it, repeat."""
         self._run_task = asyncio.current_task()
+        upkeep = None
+        if self.upkeep is not None:  # beside the writing: a DDL lock wait must not hold up a batch
+            upkeep = asyncio.create_task(
+                keep_usage_storage_daily(self.session_factory, self.upkeep, self._log), name="usage-upkeep"
+            )
+        try:
+            await self._write_until_stopped()
+        finally:
+            if upkeep is not None:
+                upkeep.cancel()
+                await asyncio.gather(upkeep, return_exceptions=True)
+
+    async def _write_until_stopped(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             try:
@@ -278,7 +298,7 @@ async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]]) -> N
         await raw.copy_records_to_table(_STAGING, records=rows, columns=COLUMNS)
         await raw.execute(
             f"INSERT INTO usage_records ({names}) SELECT {names} FROM {_STAGING} "  # noqa: S608 - fixed names
-            "ON CONFLICT (request_id) DO NOTHING"
+            "ON CONFLICT DO NOTHING"
         )
 
 
@@ -293,10 +313,12 @@ async def dead_letter_count(sessions: async_sessionmaker[AsyncSession]) -> int:
 
 
 def _insert_ignoring_duplicates(dialect_name: str, table: Table) -> Insert:
+    # No conflict target: a record's key is (request_id, created_at) on a partitioned table, the
+    # request id elsewhere, and either is its only unique constraint.
     if dialect_name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+        return postgresql.insert(table).on_conflict_do_nothing()
     if dialect_name == "sqlite":
-        return sqlite.insert(table).on_conflict_do_nothing(index_elements=["request_id"])
+        return sqlite.insert(table).on_conflict_do_nothing()
     raise RuntimeError(f"usage records cannot be written to a {dialect_name} database")
 
 

@@ -12,7 +12,10 @@ SQLite, which has no statement triggers, does the same a row at a time. Money is
 units of 1e-10 USD, the records' scale, so that sums stay exact on SQLite as on PostgreSQL.
 
 The upgrade locks usage_records against writes first (the writer retries until it is done), so
-that no record lands between the backfill and the triggers. A later migration that recreates
+that no record lands between the backfill and the triggers: on PostgreSQL with a table lock, on
+SQLite with BEGIN IMMEDIATE, since pysqlite opens a transaction only before DML and would otherwise
+commit each CREATE on its own (a record written between the triggers and the backfill was then
+counted twice, and the backfill failed on usage_daily's key). A later migration that recreates
 usage_records on SQLite (Alembic's batch mode, for a dropped or altered column) drops its
 triggers with the old table and must create them again.
 
@@ -125,6 +128,8 @@ def upgrade() -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
     if postgres:
         op.execute("LOCK TABLE usage_records IN SHARE ROW EXCLUSIVE MODE")
+    else:
+        _lock_sqlite_writers()
     units = sa.Numeric(precision=30, scale=0)
     op.create_table(
         "usage_daily",
@@ -156,6 +161,16 @@ def upgrade() -> None:
     else:
         _create_sqlite_triggers()
         _backfill_sqlite()
+
+
+def _lock_sqlite_writers() -> None:
+    """Take SQLite's write lock now, for the rest of this migration's transaction (Alembic commits
+    it with the version stamp); other writers wait (busy_timeout) or retry until then."""
+    dbapi = op.get_bind().connection.dbapi_connection
+    driver = getattr(dbapi, "_connection", dbapi)  # aiosqlite's connection under SQLAlchemy's adapter
+    # In a transaction opened already, the CREATE TABLE below is its first write and takes the lock.
+    if not getattr(driver, "in_transaction", False):
+        op.execute("BEGIN IMMEDIATE")
 
 
 def _backfill_sqlite() -> None:
