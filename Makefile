@@ -28,7 +28,7 @@ run: $(RUN_STAMP)
 	$(BIN)/gateway serve
 
 ## Install, then lint, type-check and run every test (unit, integration, end-to-end, browser).
-test: lint typecheck browser
+test: lint typecheck browser hosts
 	$(BIN)/pytest
 
 ## Debian's Chromium for tests/browser (Playwright drives it), installed when it is missing.
@@ -38,6 +38,16 @@ browser:
 	@if [ ! -x $(CHROMIUM) ]; then \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
+
+## Debian's nginx for tests/hosts (the load balancer in front of the test's hosts), installed when
+## it is missing; the package's own service is stopped, as the tests start nginx themselves.
+.PHONY: hosts
+hosts:
+	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx-light; \
+	  ($$SUDO systemctl disable --now nginx || $$SUDO service nginx stop) >/dev/null 2>&1 || true; \
 	fi
 
 lint: $(STAMP)
@@ -55,6 +65,11 @@ bench: $(STAMP)
 .PHONY: bench-scheduling
 bench-scheduling: $(STAMP)
 	$(BIN)/python -m bench.scheduling $(SCENARIOS)
+
+## The usage reports at 10,000,000 records in month partitions (about 13 minutes; docs/usage-storage.md).
+.PHONY: bench-usage-10m
+bench-usage-10m: $(STAMP)
+	$(BIN)/python -m bench.usage_scale --ten-million $(BENCH_ARGS)
 
 ## The batch jobs benchmark (bench/batch_jobs): SIGKILLs mid-job, throughput, prefix cache; `SCENARIOS=crash` for one.
 .PHONY: bench-jobs
