@@ -7,19 +7,7 @@ import pytest
 from gateway.commands.preflight import redis_hosts
 from gateway.redis.urls import DEFAULT_REPLICA_TIMEOUT_MS, Durability, RedisUrlError, parse_redis_url
 from gateway.settings import ConfigError, load_settings
-
-MINIMAL = """
-providers:
-  - name: vllm-eu
-    kind: openai
-    region: eu-west
-    base_url: http://10.0.0.5:8000/v1/
-models:
-  - name: llama
-    deployments:
-      - provider: vllm-eu
-        model: meta-llama/Llama-3.1-70B-Instruct
-"""
+from tests.unit.test_settings import MINIMAL
 
 
 def test_one_server_is_left_to_redis_py_without_the_gateways_options() -> None:
