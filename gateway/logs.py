@@ -138,6 +138,11 @@ class RequestLog:
 
 log_request = RequestLog()
 
+# Each logger is bound once, on its first use, to the configuration of that moment (no processor
+# chain to rebuild per line). The test suite turns it off: a logger first used after one test
+# configured logging would stay out of a later test's `capture_logs`.
+CACHE_LOGGERS = True
+
 
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     renderer: structlog.types.Processor
@@ -161,7 +166,7 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=factory,
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
     for noisy in ("httpx", "httpcore"):  # one line per upstream request would repeat our own log
