@@ -7,7 +7,7 @@ crowd of concurrent requests cannot all squeeze through the same remainder of a 
 state is one GCRA TAT per window (`gw:{team:<team>}:rate:<scope>:<id>:<kind>`, a float of
 microseconds, expiring once the bucket is full again); spend is an integer count of 1e-10 USD
 (`gw:{team:<team>}:spend:<scope>:<id>:<YYYY-MM>`, INCRBY, 35-day TTL). Every key of a team and
-its API keys shares the team's hash tag, so each script's keys are in one Cluster slot. Each
+its API keys shares the team's hash tag (`redis_keys`), so each script's keys are in one Cluster slot. Each
 budgeted counter has its holds, a
 sorted set of `<units>:<hold id>` scored by expiry (`...:holds`), and their total (`...:held`),
 which exists only once the counter was seeded from the usage records: a Redis emptied since has
@@ -37,6 +37,7 @@ from gateway.limits.headers import rate_limit_headers, rate_limited
 from gateway.limits.holds import HOLD_TTL_S, Hold, LocalHolds
 from gateway.limits.limiter import Admission, Clock, new_hold, reserved_tokens, token_windows, used_tokens
 from gateway.limits.rebuild import SpendRebuilds, SpendRecords
+from gateway.limits.redis_keys import counter_keys, held_key, holds_key, spend_keys, window_keys
 from gateway.limits.redis_scripts import ADMIT, SEED, SETTLE
 from gateway.limits.reservation import Reservation
 from gateway.limits.spend import (
@@ -51,7 +52,6 @@ from gateway.limits.spend import (
     settled_units,
     shortfall,
     spend_key,
-    team_tag,
 )
 from gateway.limits.windows import Scope, Window, WindowCheck, cost_in, windows_for
 from gateway.metering.events import UsageEvent
@@ -63,33 +63,6 @@ log = structlog.get_logger("gateway.limits")
 
 async def _nothing() -> None:
     return None
-
-
-def window_key(team: str, window: Window) -> str:
-    """A window of `team` or of one of its keys, under the team's hash tag (see `team_tag`)."""
-    return f"{team_tag(team)}:rate:{window.scope}:{window.owner}:{window.kind}"
-
-
-def window_keys(principal: Principal, windows: Sequence[Window]) -> list[str]:
-    return [window_key(principal.team_id, window) for window in windows]
-
-
-def spend_keys(principal: Principal, month: str) -> tuple[str, str]:
-    """The month counters of the principal's key and team, in that order."""
-    team = principal.team_id
-    return spend_key("key", principal.key_id, month, team), spend_key("team", team, month)
-
-
-def held_key(counter: str) -> str:
-    return f"{counter}:held"
-
-
-def holds_key(counter: str) -> str:
-    return f"{counter}:holds"
-
-
-def _counter_keys(counter: str) -> list[str]:
-    return [counter, held_key(counter), holds_key(counter)]
 
 
 def _units(raw: str | bytes) -> int:
@@ -146,7 +119,7 @@ class RedisLimiter:
         windows = windows_for(principal)
         hold = new_hold(budgets, reservation)
         names = spend_keys(principal, month)
-        keys = [*_counter_keys(names[0]), *_counter_keys(names[1]), *window_keys(principal, windows)]
+        keys = [*counter_keys(names[0]), *counter_keys(names[1]), *window_keys(principal, windows)]
         args = self._admit_args(budgets, reservation, hold, windows)
         try:
             await self._flush_pending()
@@ -221,7 +194,7 @@ class RedisLimiter:
         return Admission(reservation, {}, hold)
 
     async def _seed(self, counter: str, units: int) -> None:
-        await self._seed_script(keys=_counter_keys(counter), args=[str(units), str(SPEND_TTL_S)])
+        await self._seed_script(keys=counter_keys(counter), args=[str(units), str(SPEND_TTL_S)])
 
     def settle(self, principal: Principal, event: UsageEvent, admission: Admission | None) -> Awaitable[None]:
         """Queued before this returns, so that it shares the round trip of the usage append its
@@ -394,7 +367,7 @@ class RedisLimiter:
         def seed(name: str, units: int) -> Awaitable[Any]:
             args = [str(units), str(SPEND_TTL_S)]
             return self._batcher.merge_script(
-                self._seed_script, ("seed", name), None, lambda _: (_counter_keys(name), args)
+                self._seed_script, ("seed", name), None, lambda _: (counter_keys(name), args)
             )
 
         await asyncio.gather(*(seed(name, units) for name, units in spend.counters().items()))
