@@ -118,3 +118,32 @@ def report(record_property: Callable[[str, object], None], scenario: str, figure
     for name, value in figures.items():
         record_property(f"{scenario}.{name}", value)
     print(f"\nFAULT FIGURES {scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def report_gap(
+    record_property: Callable[[str, object], None],
+    scenario: str,
+    *,
+    requests: int,
+    served_upstream: int,
+    records: int,
+    spend: object = None,
+    limit: object = None,
+) -> int:
+    """The exactly-once row every billing scenario prints: what clients sent, what the upstream
+    served (the mock's own count), what was recorded, spend against the limit (when one binds),
+    and the gap (served upstream without a record, or recorded twice). Returns the gap."""
+    gap = served_upstream - records
+    report(
+        record_property,
+        scenario,
+        {
+            "requests": requests,
+            "served_upstream": served_upstream,
+            "records": records,
+            "spend": spend if spend is not None else "-",
+            "limit": limit if limit is not None else "-",
+            "gap": gap,
+        },
+    )
+    return gap
