@@ -28,8 +28,17 @@ run: $(RUN_STAMP)
 	$(BIN)/gateway serve
 
 ## Install, then lint, type-check and run every test (unit, integration, end-to-end, browser).
-test: lint typecheck browser hosts
+test: lint typecheck browser hosts stores
 	$(BIN)/pytest
+
+## PostgreSQL and Redis for the tests, installed when missing: the test session starts servers of its
+## own from these binaries (temporary folders, free ports), never touching the machine's own.
+.PHONY: stores
+stores:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v redis-server >/dev/null; then \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql redis-server; \
+	fi
 
 ## Debian's Chromium for tests/browser (Playwright drives it), installed when it is missing.
 CHROMIUM ?= /usr/bin/chromium

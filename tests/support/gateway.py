@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,15 +13,10 @@ from pathlib import Path
 import httpx
 
 from tests.support.children import die_with_parent
+from tests.support.servers import free_port
 from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def recreate_database(name: str) -> str:

@@ -1,20 +1,29 @@
-"""Where the tests find the machine's Redis and PostgreSQL, and which part of each a test area owns.
+"""Where the tests find their Redis and PostgreSQL, and which part of each a test area owns.
 
 `GATEWAY_TEST_REDIS_URL` names the Redis server (no db number) and `GATEWAY_TEST_POSTGRES_URL` the
-PostgreSQL server (no database). Each test area has a Redis db of its own, which it may flush:
-never db 0, where a developer's own data may live. The PostgreSQL databases the tests create and
-drop are named by their areas (`gateway_test_auth`, ...), never the `postgres` database itself.
-tests/faults/ starts servers of its own instead (tests/faults/stores.py).
+PostgreSQL server (no database). Unset, the session starts servers of its own (temporary folders,
+free ports: `start_session_stores`, called from tests/conftest.py), so a test run never touches a
+Redis or a database it did not create. Each test area has a Redis db of its own, which it may
+flush; the PostgreSQL databases the tests create and drop are named by their areas
+(`gateway_test_auth`, ...). tests/faults/ starts further servers of its own, to stop them.
 """
 
 from __future__ import annotations
 
 import os
 
-REDIS_SERVER = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
-POSTGRES_SERVER = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432").rstrip(
-    "/"
-)
+from tests.support.servers import POSTGRES_ENV, REDIS_ENV
+
+
+def _server(variable: str) -> str:
+    url = os.environ.get(variable)
+    if url is None:
+        raise RuntimeError(f"{variable} is unset: tests/conftest.py names (or starts) the stores first")
+    return url.rstrip("/")
+
+
+REDIS_SERVER = _server(REDIS_ENV)
+POSTGRES_SERVER = _server(POSTGRES_ENV)
 
 # One db per area, so that one area's flush never wipes what another is using.
 REDIS_DBS = {
