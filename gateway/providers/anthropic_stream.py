@@ -88,8 +88,9 @@ class AnthropicStreamTranslator:
     def _message_start(self, event: StreamEvent) -> list[bytes]:
         if event.message is not None:
             self._id = event.message.id
-            self._start_usage = event.message.usage or Usage()
-            self._note_usage(self._start_usage)
+            if event.message.usage is not None:  # none at all is no count of 0: it is estimated
+                self._start_usage = event.message.usage
+                self._note_usage(self._start_usage)
         return [self._chunk(ChunkDelta(role="assistant", content=""))]
 
     def _block_start(self, event: StreamEvent) -> list[bytes]:

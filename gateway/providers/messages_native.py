@@ -131,8 +131,9 @@ class NativeMessageStream:
 
     def _message_start(self, document: dict[str, Any], event: StreamEvent) -> bytes:
         if event.message is not None and isinstance(document.get("message"), dict):
-            self._start_usage = event.message.usage or Usage()
-            self._note(self._start_usage)
+            if event.message.usage is not None:  # none at all is no count of 0: it is estimated
+                self._start_usage = event.message.usage
+                self._note(self._start_usage)
             document["message"]["model"] = self._model
         return msgspec.json.encode(document)
 

@@ -10,6 +10,7 @@ import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Endpoint
+from gateway.proxy.prompt_text import PromptSize, prompt_size
 from gateway.schemas.messages import MessagesRequest
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gateway.schemas.responses import ResponsesRequest
@@ -37,10 +38,16 @@ class ParsedRequest:
     gateway_object: Any
     chat: ChatCompletionRequest | None
     prompt_cache_key: str | None
+    typed: msgspec.Struct  # the typed view of the body: one of _TYPED's Structs
     # The output a choice may produce: max_completion_tokens, else max_tokens (None: neither set;
     # 0 for embeddings), and the choices asked for (n)
     max_output_tokens: int | None = None
     choices: int = 1
+
+    def prompt_size(self) -> PromptSize:
+        """The prompt's size, read from its text (gateway.proxy.prompt_text). Counted when asked,
+        by a request metered without upstream counts, never on the way of one that has them."""
+        return prompt_size(self.typed)
 
 
 _RETENTIONS = {"in-memory": "in_memory", "in_memory": "in_memory", "24h": "24h"}
@@ -129,6 +136,7 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         gateway_object=gateway_object,
         chat=chat,
         prompt_cache_key=getattr(typed, "prompt_cache_key", None),
+        typed=typed,
         max_output_tokens=max_output_tokens,
         choices=choices,
     )

@@ -39,6 +39,7 @@ from gateway.providers.base import (
     stream_cost,
 )
 from gateway.providers.cache_hints import derive_cache_key
+from gateway.proxy.answer_text import answer_bytes
 from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
@@ -254,11 +255,13 @@ class ProxyService:
             raise
         assert ctx.deployment is not None
         usage, source, cost = response.usage, UsageSource.UPSTREAM, response.cost
-        if response.untrusted_usage is not None:  # counts that cannot be true: the gateway's own
+        if response.untrusted_usage is not None:  # counts that cannot be true
             _distrust(ctx, ctx.deployment, response.untrusted_usage)
-            usage, source = self._estimate(ctx, estimated_tokens(len(response.body))), UsageSource.ESTIMATED
+        if usage is None:  # no counts to bill (or none believed): the gateway's own, never free
+            completion = estimated_tokens(answer_bytes(ctx.parsed.endpoint, response.body))
+            usage, source = self._estimate(ctx, completion), UsageSource.ESTIMATED
             cost = None  # priced from the estimate, and said in no header
-        elif usage is not None and cost is None:  # an adapter that does not price its answers
+        elif cost is None:  # an adapter that does not price its answers
             cost = ctx.deployment.tariff.cost(usage)
         await self._meter(ctx, ctx.deployment, 200, usage, source, cost=cost)
         return Completed(ctx.deployment, response, None if cost is None else format(cost, "f"))
@@ -296,14 +299,12 @@ class ProxyService:
 
     @staticmethod
     def _estimate(ctx: ProxyContext, completion_tokens: int) -> TokenUsage:
-        """Without upstream counts: ~4 bytes a prompt token; the completion as the caller counted it
-        (~1 token a streamed chunk, or ~4 bytes of the answer a token)."""
-        prompt_bytes = (
-            sum(len(m.content) for m in ctx.parsed.chat.messages if isinstance(m.content, str))
-            if (ctx.parsed.chat is not None)
-            else 0
-        )
-        return TokenUsage(prompt_tokens=estimated_tokens(prompt_bytes), completion_tokens=completion_tokens)
+        """Without upstream counts: the prompt read from the request's text on every endpoint
+        (gateway.proxy.prompt_text, ~4 bytes a token), counted only now that it is needed; the
+        completion as the caller counted it (~1 token a streamed chunk, or ~4 bytes of the
+        answer's output a token)."""
+        prompt_tokens = ctx.parsed.prompt_size().tokens
+        return TokenUsage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
 
     async def _meter_failure(self, ctx: ProxyContext, exc: GatewayError) -> None:
         if ctx.deployment is None or ctx.attempts.count == 0:

@@ -157,6 +157,19 @@ def test_stream_cut_before_the_end_raises_on_finish() -> None:
         translator.finish()
 
 
+def test_stream_without_usage_reports_none_rather_than_zero_counts() -> None:
+    """Zero counts would be billed as the upstream's: none lets the gateway estimate them."""
+    case = fixture_cases("anthropic_streams")[0][1]
+    translator = ADAPTER.stream_translator(call({"model": "a", "messages": [], "stream": True}))
+    for event in case["events"]:
+        without = {k: v for k, v in event.items() if k != "usage"}
+        if "message" in event:
+            without["message"] = {k: v for k, v in event["message"].items() if k != "usage"}
+        translator.feed(json.dumps(without).encode())
+    translator.finish()
+    assert (translator.usage, translator.untrusted_usage) == (None, None)
+
+
 def test_stream_garbage_event() -> None:
     translator = ADAPTER.stream_translator(call({"model": "a", "messages": [], "stream": True}))
     with pytest.raises(UpstreamError) as caught:

@@ -262,6 +262,14 @@ def test_stream_events_pass_through_with_event_lines_the_alias_and_the_cost() ->
     assert payloads[5]["usage"]["output_tokens"] == 25
 
 
+def test_a_stream_without_usage_reports_none_rather_than_zero_counts() -> None:
+    """Zero counts would be billed as the upstream's: none lets the gateway estimate them."""
+    events = upstream_events(None, None)
+    del events[5]["usage"]
+    _, translator = relay(events)
+    assert (translator.usage, translator.untrusted_usage) == (None, None)
+
+
 def test_a_later_count_replaces_the_start_one() -> None:
     _, translator = relay(upstream_events(START, {"output_tokens": 25, "input_tokens": 30}))
     assert translator.usage.prompt_tokens == 430

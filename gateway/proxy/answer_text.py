@@ -1,0 +1,133 @@
+"""The output of an answer, as text, once per wire format: what the gateway counts (~4 bytes a token)
+as the completion of a 200 answer that came without usage it can bill.
+
+The answer is read in the client's format (the endpoint's): chat choices' messages (content,
+refusal, tool calls), completions' texts, a Response's output items, a Message's content blocks;
+an embedding has no output. Only the generated part counts: a Response repeats its request's
+`instructions` and `tools`, which are the prompt's. An answer that cannot be read this way is
+counted whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+
+from gateway.providers.base import Endpoint
+
+# Every field is optional and loosely typed: the answer was already served to the client as it came,
+# and counting it must not fail on a field some server spells its own way.
+
+
+class _Function(msgspec.Struct):
+    name: Any = None
+    arguments: Any = None
+
+
+class _ToolCall(msgspec.Struct):
+    function: _Function | None = None
+
+
+class _ChatMessage(msgspec.Struct):
+    content: Any = None
+    refusal: Any = None
+    reasoning_content: Any = None  # vLLM's and SGLang's reasoning parsers
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _ChatMessage | None = None  # chat completions
+    text: Any = None  # legacy completions
+
+
+class _Choices(msgspec.Struct):
+    choices: list[_Choice] | None = None
+
+
+class _Part(msgspec.Struct):
+    text: Any = None
+    refusal: Any = None
+
+
+class _OutputItem(msgspec.Struct):
+    content: list[_Part] | None = None  # a message
+    summary: list[_Part] | None = None  # a reasoning item
+    name: Any = None  # a function call
+    arguments: Any = None
+
+
+class _Response(msgspec.Struct):
+    output: list[_OutputItem] | None = None
+
+
+class _Block(msgspec.Struct):
+    text: Any = None
+    thinking: Any = None
+    name: Any = None  # a tool_use block
+    input: Any = None
+
+
+class _Message(msgspec.Struct):
+    content: list[_Block] | None = None
+
+
+def _choices_texts(body: bytes) -> Iterator[Any]:
+    for choice in msgspec.json.decode(body, type=_Choices).choices or ():
+        yield choice.text
+        message = choice.message
+        if message is None:
+            continue
+        yield message.content
+        yield message.refusal
+        yield message.reasoning_content
+        for call in message.tool_calls or ():
+            if call.function is not None:
+                yield call.function.name
+                yield call.function.arguments
+
+
+def _response_texts(body: bytes) -> Iterator[Any]:
+    for item in msgspec.json.decode(body, type=_Response).output or ():
+        for part in (*(item.content or ()), *(item.summary or ())):
+            yield part.text
+            yield part.refusal
+        yield item.name
+        yield item.arguments
+
+
+def _message_texts(body: bytes) -> Iterator[Any]:
+    for block in msgspec.json.decode(body, type=_Message).content or ():
+        yield block.text
+        yield block.thinking
+        yield block.name
+        if block.input is not None:
+            yield msgspec.json.encode(block.input).decode()
+
+
+_TEXTS: dict[Endpoint, Callable[[bytes], Iterator[Any]]] = {
+    Endpoint.CHAT: _choices_texts,
+    Endpoint.COMPLETIONS: _choices_texts,
+    Endpoint.RESPONSES: _response_texts,
+    Endpoint.MESSAGES: _message_texts,
+}
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, list):  # content given as parts
+        texts = (part.get("text") for part in value if isinstance(part, dict))
+        return sum(len(text.encode()) for text in texts if isinstance(text, str))
+    return 0
+
+
+def answer_bytes(endpoint: Endpoint, body: bytes) -> int:
+    """UTF-8 bytes of the output text in `body`, an answer on `endpoint` in its own wire format."""
+    if endpoint is Endpoint.EMBEDDINGS:
+        return 0
+    try:
+        return sum(_size(text) for text in _TEXTS[endpoint](body))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return len(body)
