@@ -24,6 +24,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
+from gateway.jobs.file_slots import FileSlots
 from gateway.jobs.file_store import FileStore, open_file_store
 from gateway.jobs.runner import JobRunner
 from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, Reservations, reconcile
@@ -68,6 +69,7 @@ class Services:
     metrics: Metrics
     limiter: Limiter
     pipeline: ProxyPipeline
+    file_slots: FileSlots  # uploads and batch creates at once (files.max_concurrent)
     file_store: FileStore | None = None  # where the Files API keeps bytes; None: the database
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -250,6 +252,7 @@ def open_services(settings: Settings) -> Services:
             Reservations(table, catalog.limits.default_max_tokens),
         ),
         file_store=open_file_store(catalog.files),
+        file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),
     )
 
 

@@ -90,6 +90,10 @@ class FileSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     store: str = "database"
     s3: S3Settings | None = None
+    # uploads and batch creates one process works on at once (each moves up to a whole file);
+    # one past them waits up to busy_wait_s for a slot, then gets 503 server_busy
+    max_concurrent: int = 2
+    busy_wait_s: float = 10.0
 
 
 def check_capacity(capacity: Capacity | None, where: str) -> None:
@@ -135,6 +139,10 @@ def check_jobs(jobs: JobSettings, path: Path) -> None:
 
 
 def check_files(files: FileSettings, path: Path) -> None:
+    if files.max_concurrent < 1:
+        raise ConfigError(f"{path}: files.max_concurrent: must be at least 1")
+    if files.busy_wait_s < 0:
+        raise ConfigError(f"{path}: files.busy_wait_s: must not be negative")
     if files.store not in FILE_STORES:
         raise ConfigError(f"{path}: files.store: must be database or s3, not {files.store!r}")
     if files.store != "s3":

@@ -1,5 +1,8 @@
 """`/v1/batches`: create, list, retrieve and cancel the caller's team's batch jobs (OpenAI's Batch API).
 
+A create reads and checks its whole input file, so it takes one of the process's file slots
+(`files.max_concurrent`), as an upload does.
+
 Cancelling a job already `cancelling` or `cancelled` answers the batch unchanged, as OpenAI does;
 one past cancelling (`finalizing`, `completed`, `failed`, `expired`) is a 409 `conflict`.
 """
@@ -102,7 +105,7 @@ async def create_batch(request: Request) -> Response[bytes]:
     batches.check_metadata(spec.metadata)
     directives = batches.job_directives(request.headers, spec.metadata)
     services = services_of(request)
-    async with services.sessions.begin() as session:
+    async with services.file_slots.held(), services.sessions.begin() as session:
         job = await batches.create_job(
             session,
             batches.JobRequest(principal, spec, directives),

@@ -2,15 +2,19 @@
 
 Only purpose `batch` may be uploaded: the gateway keeps files for its Batch API. An upload may be
 up to OpenAI's batch input limit (`MAX_FILE_BYTES`), above the gateway's `limits.max_body_bytes`:
-this route alone raises Litestar's body limit, and the multipart parser spools the file to disk
-while it arrives. The whole file is then held in memory once, to store it in the database (or the
-object store of `files.store`).
+this route alone raises Litestar's body limit, and Litestar's streaming multipart parser spools the
+file to a temporary file while it arrives. Then, in one of the process's file slots
+(`files.max_concurrent`), it is copied to the store a chunk at a time: an object store takes it
+part by part; the database, whose column holds a file whole, is handed it once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
-from typing import Annotated
+from collections.abc import AsyncIterator
+from typing import IO, Annotated
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -32,6 +36,7 @@ JSON = "application/json"
 OCTETS = "application/octet-stream"
 MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's limit for a batch input file
 MULTIPART_SLACK_BYTES = 64 * 1024  # the boundaries and part headers around the file
+UPLOAD_CHUNK_BYTES = 1024 * 1024  # read from the spooled upload at a time
 UPLOAD_PURPOSES = (files.BATCH_INPUT,)
 MAX_FILENAME = 512  # StoredFile.filename's column
 DEFAULT_PAGE = MAX_PAGE = 10_000  # OpenAI's default and maximum
@@ -75,16 +80,28 @@ def _filename(upload: UploadFile) -> str:
     return name[:MAX_FILENAME] or "upload.jsonl"
 
 
-async def _read(upload: UploadFile) -> bytes:
-    data = await upload.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
+async def _size(upload: UploadFile) -> int:
+    """The uploaded file's size (its spooled copy's), 413 past the limit; read from the start next."""
+    size = await asyncio.to_thread(_spooled_size, upload.file)
+    if size > MAX_FILE_BYTES:
         raise InvalidRequest(
             f"The file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB, the limit for a batch's input.",
             param="file",
             code="file_too_large",
             status=413,
         )
-    return data
+    return size
+
+
+def _spooled_size(file: IO[bytes]) -> int:
+    size = file.seek(0, os.SEEK_END)
+    file.seek(0)
+    return size
+
+
+async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await upload.read(UPLOAD_CHUNK_BYTES):
+        yield chunk
 
 
 @post(
@@ -102,11 +119,17 @@ async def upload_file(request: Request) -> Response[bytes]:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("file must be the uploaded file (multipart/form-data).", param="file")
-        data = await _read(upload)
+        size = await _size(upload)
         services = services_of(request)
-        async with services.sessions.begin() as session:
-            stored = await files.store_file(
-                session, principal.team_id, purpose, _filename(upload), data, store=services.file_store
+        async with services.file_slots.held(), services.sessions.begin() as session:
+            stored = await files.store_upload(
+                session,
+                principal.team_id,
+                purpose,
+                _filename(upload),
+                size,
+                _chunks(upload),
+                store=services.file_store,
             )
     finally:
         for value in form.values():

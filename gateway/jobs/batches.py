@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TypeVar
 
-from sqlalchemy import Select, insert, select
+from sqlalchemy import Select, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.auth.principal import Principal
@@ -22,8 +22,8 @@ from gateway.db.models import BatchJob, BatchLine
 from gateway.db.teams import utcnow
 from gateway.errors import Conflict, DirectiveConflict, InvalidRequest, NotFound
 from gateway.jobs.file_store import FileStore
-from gateway.jobs.files import BATCH_INPUT, file_bytes, get_file
-from gateway.jobs.input_lines import CheckedInput, check_input
+from gateway.jobs.files import BATCH_INPUT, file_chunks, get_file
+from gateway.jobs.input_lines import InputCheck, InputLine, InputVerdict
 from gateway.jobs.pages import page_after
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import NO_DIRECTIVES, Directives, parse_directives
@@ -111,7 +111,10 @@ async def create_job(
 ) -> BatchJob:
     """A job for a good input file (`validating`, with its lines) or a bad one (`failed`, with its
     errors); the input's bytes are read from `store` when files are kept there. The request itself
-    being wrong (endpoint, window, file, model) is a 4xx and no job."""
+    being wrong (endpoint, window, file, model) is a 4xx and no job.
+
+    The file is read and checked once, a chunk at a time, and each chunk's good lines are added to
+    the job as they come: a create holds about a chunk of the file, whatever its size."""
     spec, team_id = request.spec, request.principal.team_id
     window = _window(spec)
     stored = await get_file(session, team_id, spec.input_file_id, param="input_file_id")
@@ -120,11 +123,6 @@ async def create_job(
             f"The file {stored.id} has purpose {stored.purpose!r}; a batch's input must have purpose 'batch'.",
             param="input_file_id",
         )
-    data = await file_bytes(session, team_id, stored.id, store=store)
-    # Checking up to 200 MB of JSON lines takes a while: off the event loop.
-    checked = await asyncio.to_thread(check_input, data, spec.endpoint)
-    if checked.lines and checked.model is not None:
-        eligible_deployments(checked.model, request.directives, request.principal, table)
     now = utcnow()
     job = BatchJob(
         id=new_batch_id(),
@@ -134,21 +132,57 @@ async def create_job(
         input_file_id=stored.id,
         completion_window=spec.completion_window,
         metadata_=spec.metadata,
-        model=checked.model,
         directives=stored_directives(request.directives),
-        request_total=len(checked.lines),
+        request_total=0,
         created_at=now,
         expires_at=now + window,
-        **_outcome(checked, now),
+        status="validating",
     )
     session.add(job)
     await session.flush()  # the lines' foreign key needs the job row first
-    if checked.lines:
+    verdict = await _add_lines(
+        session, job.id, spec.endpoint, file_chunks(session, team_id, stored.id, store=store)
+    )
+    if not verdict.errors and verdict.model is not None:
+        eligible_deployments(verdict.model, request.directives, request.principal, table)
+    job.model = verdict.model
+    if verdict.errors:
+        # The lines added before the first bad one go: a failed batch has none.
+        await session.execute(delete(BatchLine).where(BatchLine.job_id == job.id))
+        job.status, job.failed_at = "failed", now
+        job.errors = [
+            {"code": e.code, "message": e.message, "param": e.param, "line": e.line} for e in verdict.errors
+        ]
+    else:
+        job.request_total = verdict.requests
+    await session.flush()
+    return job
+
+
+async def _add_lines(
+    session: AsyncSession, job_id: str, endpoint: str, chunks: AsyncIterator[bytes]
+) -> InputVerdict:
+    """Check the file's chunks in order, adding each chunk's good lines to the job (none once a
+    line is wrong); what the whole file came to."""
+    check = InputCheck(endpoint)
+    added = 0
+    async for chunk in chunks:
+        # Decoding a chunk's JSON lines takes a while: off the event loop.
+        good = await asyncio.to_thread(check.feed, chunk)
+        added = await _insert_lines(session, job_id, added, good)
+    last, verdict = check.verdict()
+    await _insert_lines(session, job_id, added, last)
+    return verdict
+
+
+async def _insert_lines(session: AsyncSession, job_id: str, first: int, lines: list[InputLine]) -> int:
+    """Add `lines` to the job as its lines `first`, `first + 1`, ...; the next line's number."""
+    if lines:
         await session.execute(
             insert(BatchLine),
             [
                 {
-                    "job_id": job.id,
+                    "job_id": job_id,
                     "line_no": line_no,
                     "custom_id": line.custom_id,
                     "body": line.body,
@@ -156,10 +190,10 @@ async def create_job(
                     "state": "pending",
                     "attempts": 0,
                 }
-                for line_no, line in enumerate(checked.lines)
+                for line_no, line in enumerate(lines, start=first)
             ],
         )
-    return job
+    return first + len(lines)
 
 
 def _window(spec: BatchCreate) -> timedelta:
@@ -177,15 +211,6 @@ def _window(spec: BatchCreate) -> timedelta:
             f"completion_window must be one of: {', '.join(COMPLETION_WINDOWS)}.", param="completion_window"
         )
     return window
-
-
-def _outcome(checked: CheckedInput, now: datetime) -> dict[str, object]:
-    if not checked.errors:
-        return {"status": "validating"}
-    errors = [
-        {"code": e.code, "message": e.message, "param": e.param, "line": e.line} for e in checked.errors
-    ]
-    return {"status": "failed", "errors": errors, "failed_at": now}
 
 
 def _team_jobs(team_id: str) -> Select[BatchJob]:

@@ -4,12 +4,13 @@ A file is the team's own: every read takes the team, and another team's file is 
 deleted one. Deleting keeps the row (a job still names its input file) and drops the bytes. The
 bytes are a `FileContent` row, or with a `store` (`gateway.jobs.file_store`, `files.store: s3`) an
 object of that store; a file stored in the database before the switch is still read from there.
+Bytes are stored from chunks as they arrive (`store_upload`) and read back as chunks (`file_chunks`).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, Select, delete, or_, select
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.db.models import FileContent, StoredFile
 from gateway.db.teams import utcnow
 from gateway.errors import NotFound
-from gateway.jobs.file_store import FileStore
+from gateway.jobs.file_store import FileStore, database_chunks, one_chunk, put_in_database
 from gateway.jobs.pages import page_after
 
 BATCH_INPUT = "batch"
@@ -48,22 +49,39 @@ async def store_file(
     store: FileStore | None = None,
 ) -> StoredFile:
     """Add the file and its bytes to the session (or the bytes to `store`); the caller commits."""
+    return await store_upload(
+        session, team_id, purpose, filename, len(data), one_chunk(data), expires_at=expires_at, store=store
+    )
+
+
+async def store_upload(
+    session: AsyncSession,
+    team_id: str,
+    purpose: str,
+    filename: str,
+    size: int,
+    chunks: AsyncIterable[bytes],
+    *,
+    expires_at: datetime | None = None,
+    store: FileStore | None = None,
+) -> StoredFile:
+    """Add the file of `size` bytes to the session and its bytes, as `chunks` gives them, to the
+    database (or to `store`); the caller commits."""
     stored = StoredFile(
         id=new_file_id(),
         team_id=team_id,
         purpose=purpose,
         filename=filename,
-        bytes=len(data),
+        bytes=size,
         created_at=utcnow(),
         expires_at=expires_at,
     )
     session.add(stored)
     await session.flush()  # the content row's foreign key needs the file row first
     if store is not None:
-        await store.put(stored.id, data)
-        return stored
-    session.add(FileContent(file_id=stored.id, data=data))
-    await session.flush()
+        await store.put(stored.id, chunks)
+    else:
+        await put_in_database(session, stored.id, chunks)
     return stored
 
 
@@ -112,6 +130,27 @@ async def file_bytes(
     if row.data is not None:  # stored before the store was configured
         return bytes(row.data)
     return await store.get(row.id)
+
+
+async def file_chunks(
+    session: AsyncSession, team_id: str, file_id: str, *, store: FileStore | None = None
+) -> AsyncIterator[bytes]:
+    """The content of a live file of the team, a chunk at a time; NotFound as `get_file`. From the
+    database the file is read once, whole (one column value); from a store it streams."""
+    if store is not None:
+        stored_here = (
+            select(FileContent.file_id)
+            .join(StoredFile, StoredFile.id == FileContent.file_id)
+            .where(StoredFile.id == file_id, *_live(team_id))
+        )
+        if (await session.scalars(stored_here)).first() is None:
+            await get_file(session, team_id, file_id)  # NotFound for a file that is not live
+            async for chunk in store.chunks(file_id):
+                yield chunk
+            return
+    data = await file_bytes(session, team_id, file_id)
+    async for chunk in database_chunks(data):
+        yield chunk
 
 
 async def list_files(

@@ -1,6 +1,9 @@
 """`S3FileStore`: the Files API's bytes in a bucket of an S3-compatible object store, over one
 aiobotocore client per process.
 
+A file goes up as it arrives, in parts of `PART_BYTES` (S3's multipart upload; a file smaller than
+one part is one plain put), and comes down a chunk at a time: the store never holds a whole file.
+
 Every failure of the store is a `ServiceUnavailable` (503): the message and the log line name
 neither the endpoint nor the credentials.
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -19,6 +22,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gateway.errors import NotFound, ServiceUnavailable
+from gateway.jobs.file_store import CHUNK_BYTES
 from gateway.settings import S3Settings
 
 log = structlog.get_logger("gateway.files")
@@ -27,6 +31,7 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0
 MAX_ATTEMPTS = 3  # botocore's own retries of a throttled or dropped call
 MISSING_CODES = frozenset({"NoSuchKey", "404"})
+PART_BYTES = 8 * 1024 * 1024  # an upload's part (S3 takes at least 5 MiB for all but the last)
 
 
 class S3FileStore:
@@ -42,10 +47,37 @@ class S3FileStore:
     def key(self, file_id: str) -> str:
         return self._settings.prefix + file_id
 
-    async def put(self, file_id: str, data: bytes) -> None:
+    async def put(self, file_id: str, chunks: AsyncIterable[bytes]) -> None:
+        """Store the chunks as the object's bytes: one put for a file under a part's size, a
+        multipart upload (aborted on any failure) for a larger one."""
         async with self._call("put"):
             client = await self._opened()
-            await client.put_object(Bucket=self._settings.bucket, Key=self.key(file_id), Body=data)
+            parts = _parts(chunks)
+            first = await anext(parts, b"")
+            second = await anext(parts, None)
+            if second is None:
+                await client.put_object(Bucket=self._settings.bucket, Key=self.key(file_id), Body=first)
+                return
+            await self._upload_parts(client, file_id, _chained((first, second), parts))
+
+    async def _upload_parts(self, client: Any, file_id: str, parts: AsyncIterator[bytes]) -> None:
+        where = {"Bucket": self._settings.bucket, "Key": self.key(file_id)}
+        upload_id = (await client.create_multipart_upload(**where))["UploadId"]
+        try:
+            done = []
+            number = 0
+            async for part in parts:
+                number += 1
+                sent = await client.upload_part(**where, UploadId=upload_id, PartNumber=number, Body=part)
+                done.append({"PartNumber": number, "ETag": sent["ETag"]})
+            await client.complete_multipart_upload(
+                **where, UploadId=upload_id, MultipartUpload={"Parts": done}
+            )
+        except BaseException:
+            # Nothing half-stored stays behind (a store may also expire unfinished uploads).
+            with contextlib.suppress(Exception):
+                await client.abort_multipart_upload(**where, UploadId=upload_id)
+            raise
 
     async def get(self, file_id: str) -> bytes:
         """The object's bytes; NotFound when the bucket has no such object."""
@@ -60,6 +92,20 @@ class S3FileStore:
             async with reply["Body"] as body:
                 data: bytes = await body.read()
             return data
+
+    async def chunks(self, file_id: str) -> AsyncIterator[bytes]:
+        """The object's bytes a chunk at a time; NotFound as `get`."""
+        async with self._call("get"):
+            client = await self._opened()
+            try:
+                reply = await client.get_object(Bucket=self._settings.bucket, Key=self.key(file_id))
+            except ClientError as exc:
+                if _error_code(exc) in MISSING_CODES:
+                    raise NotFound(f"No such File object: {file_id}", param="file_id") from None
+                raise
+            async with reply["Body"] as body:
+                while chunk := await body.read(CHUNK_BYTES):
+                    yield chunk
 
     async def delete(self, file_id: str) -> None:
         """Remove the object; an object already gone is no error (S3's delete is idempotent)."""
@@ -115,3 +161,22 @@ def _error_code(exc: Exception) -> str | None:
         code = exc.response.get("Error", {}).get("Code")
         return None if code is None else str(code)
     return None
+
+
+async def _parts(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """The chunks regrouped into parts of `PART_BYTES` (the last one shorter)."""
+    part = bytearray()
+    async for chunk in chunks:
+        part += chunk
+        while len(part) >= PART_BYTES:
+            yield bytes(part[:PART_BYTES])
+            del part[:PART_BYTES]
+    if part:
+        yield bytes(part)
+
+
+async def _chained(first: tuple[bytes, ...], rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    for part in first:
+        yield part
+    async for part in rest:
+        yield part

@@ -21,6 +21,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
+from gateway.jobs.file_slots import FileSlots
 from gateway.jobs.file_store import FileStore
 from gateway.metrics import Metrics
 from gateway.routing.deployment import DeploymentTable
@@ -41,6 +42,7 @@ class StandInServices:
     key_cache: KeyCache
     table: DeploymentTable
     file_store: FileStore | None = None  # the database keeps the bytes
+    file_slots: FileSlots = field(default_factory=lambda: FileSlots(2, 10.0))
     metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
 
 

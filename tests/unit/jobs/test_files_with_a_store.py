@@ -4,6 +4,7 @@ still read from there; a delete reaches the store; a store that fails takes the 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -24,15 +25,18 @@ class MemoryStore:
     objects: dict[str, bytes] = field(default_factory=dict)
     away: bool = False
 
-    async def put(self, file_id: str, data: bytes) -> None:
+    async def put(self, file_id: str, chunks: AsyncIterable[bytes]) -> None:
         self._check()
-        self.objects[file_id] = data
+        self.objects[file_id] = b"".join([chunk async for chunk in chunks])
 
     async def get(self, file_id: str) -> bytes:
         self._check()
         if file_id not in self.objects:
             raise NotFound(f"No such File object: {file_id}", param="file_id")
         return self.objects[file_id]
+
+    async def chunks(self, file_id: str) -> AsyncIterator[bytes]:
+        yield await self.get(file_id)
 
     async def delete(self, file_id: str) -> None:
         self._check()
