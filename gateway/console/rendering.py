@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import structlog
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from litestar import Request, Response
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.template import TemplateConfig
@@ -139,6 +140,13 @@ def cross_site_refused(request: Request, exc: CrossSiteRefused) -> Template:
     return refusal(None, 403, "Request refused", message)
 
 
+def form_too_large(request: Request, exc: RequestEntityTooLarge) -> Template:
+    log.warning("console_form_too_large", path=request.url.path)
+    return refusal(
+        None, 413, "Request refused", "This form is larger than any console form: nothing was read."
+    )
+
+
 def gateway_error(request: Request, exc: GatewayError) -> Template:
     return refusal(None, exc.status, "Cannot show this", exc.message)
 
@@ -147,5 +155,6 @@ CONSOLE_ERRORS: ExceptionHandlersMap = {
     SignInRequired: sign_in_required,
     AdminRequired: admin_required,
     CrossSiteRefused: cross_site_refused,
+    RequestEntityTooLarge: form_too_large,
     GatewayError: gateway_error,
 }

@@ -1,5 +1,6 @@
 """The console's router: every page under `/ui`, its static files, and what all of them share (the
-session dependencies, the error pages, security headers, no caching of pages, Server-Timing)."""
+session dependencies, the error pages, security headers, no caching of pages, Server-Timing, the
+bound on a form's size)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ from gateway.console.usage_pages import USAGE_PAGE_HANDLERS
 from gateway.settings import Settings
 
 STATIC_MAX_AGE_S = 3600
+# Every console form (sign-in, a team, a key, sign-out) is a few hundred bytes of text; the sign-in
+# form is read before anyone is authenticated, so a body past this bound is refused with 413 before
+# more of it is read (the Content-Length alone, when it is sent), never parsed.
+FORM_MAX_BYTES = 16 * 1024
 
 
 @get(["/", ""])
@@ -52,5 +57,6 @@ def console_router(settings: Settings) -> Router:
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         cache_control=CacheControlHeader(no_store=True),
         middleware=[server_timing],
+        request_max_body_size=FORM_MAX_BYTES,
         include_in_schema=False,
     )
