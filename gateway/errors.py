@@ -7,6 +7,7 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 ├── AuthenticationFailed (401, authentication_error)
 ├── PermissionDenied (403, permission_error)
 ├── NotFound (404, not_found_error)
+│   └── UnknownResponse (404, invalid_request_error): a response id the team did not create
 ├── Conflict (409, invalid_request_error, code conflict)
 ├── RateLimited (429, rate_limit_error / insufficient_quota)
 │   ├── QueueFull (429, code queue_full)
@@ -109,6 +110,13 @@ class NotFound(GatewayError):
 
 class ModelNotFound(NotFound):
     code = "model_not_found"
+
+
+class UnknownResponse(NotFound):
+    """A stored Response or conversation the caller's team did not create: answered as OpenAI
+    answers an id it does not know."""
+
+    type = "invalid_request_error"
 
 
 class Conflict(GatewayError):

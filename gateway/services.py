@@ -35,6 +35,7 @@ from gateway.metrics import Metrics
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.proxy.exchange import ProxyPipeline
+from gateway.proxy.response_owners import ResponseOwners
 from gateway.proxy.service import ProxyService
 from gateway.redis.client import RedisClient, durability_of, redis_client
 from gateway.redis.group_commit import PipelineBatcher
@@ -219,6 +220,7 @@ def open_services(settings: Settings) -> Services:
         catalog.retry,
         on_event=metrics.observe_event,
         settle=limiter.settle,
+        response_owners=ResponseOwners(sessions, redis),
     )
     key_cache = KeyCache(
         key_state_loader(sessions),

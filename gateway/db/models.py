@@ -1,6 +1,6 @@
 """Tables: teams, their API keys (hashes only), one usage record per upstream request and their
-daily totals, the usage events the database refused (dead letters); the Files and Batch APIs'
-files, jobs and their lines."""
+daily totals, the usage events the database refused (dead letters), which team created which
+response id; the Files and Batch APIs' files, jobs and their lines."""
 
 from __future__ import annotations
 
@@ -157,6 +157,19 @@ class UsageDeadLetter(Base):
     refused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     reason: Mapped[str] = mapped_column(Text)  # the error's kind (`OverflowError`), never its values
     event: Mapped[str] = mapped_column(Text)  # the UsageEvent as JSON, as the buffer held it
+
+
+class ResponseOwner(Base):
+    """Which team created a Response at a provider that stores it (the Responses API served
+    natively): a `previous_response_id` or `conversation` naming an id its team did not create is
+    refused before it goes upstream (gateway.proxy.response_owners). Written by the usage writer,
+    with the record of the request that returned the id."""
+
+    __tablename__ = "response_owners"
+
+    response_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    team_id: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class StoredFile(Base):

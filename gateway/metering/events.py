@@ -43,3 +43,6 @@ class UsageEvent(msgspec.Struct, frozen=True, kw_only=True):
     queue_ms: float | None = None
     # the client's own X-Request-ID (gateway.proxy.correlation); defaulted, like queue_ms
     client_request_id: str | None = None
+    # the id of the Response an upstream that stores Responses returned (the Responses API served
+    # natively): the writer records its team as its owner (gateway.db.response_owners); defaulted
+    response_id: str | None = None

@@ -6,6 +6,8 @@ PostgreSQL table (request_id, created_at): a redelivered event has the same crea
 its request arrived (migration 0008). The conflict names no columns, so it fits either key.
 While the database is down the writer keeps its batch, backs off (capped, exponential) and tries
 again; nothing is acked, so nothing is lost.
+The owners of the response ids the events carry (gateway.db.response_owners) go into the same
+transaction as their records, as idempotently.
 A batch refused for its contents (a value the database or the driver cannot take) is halved until
 each refused record is alone: every other record is written, each refused one goes to
 `usage_dead_letters` with the reason and is acked, so one record never stops the rest.
@@ -29,6 +31,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.models import UsageDeadLetter, UsageRecord
+from gateway.db.response_owners import OwnerRow, insert_owners, insert_owners_raw, owner_rows
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
 from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage_daily
@@ -237,12 +240,14 @@ class UsageWriter:
     async def _insert(self, events: list[UsageEvent]) -> None:
         async with self.session_factory() as session:
             dialect = session.get_bind().dialect.name
+            owners = owner_rows(events)  # the response ids the records carry, with their team
             if dialect == "postgresql":  # COPY is the cheaper of the two from a single row up
-                await _copy_ignoring_duplicates(session, [record_values(event) for event in events])
+                await _copy_ignoring_duplicates(session, [record_values(event) for event in events], owners)
             else:
                 await session.execute(
                     _insert_ignoring_duplicates(dialect, _RECORDS), [record_row(e) for e in events]
                 )
+                await insert_owners(session, owners)
             await session.commit()
 
     def _backoff(self, failures: int) -> float:
@@ -258,7 +263,9 @@ GATHER_S = 0.05  # the pause after a part batch; records reach the database this
 _STAGING = "usage_records_staging"
 
 
-async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[object, ...]]) -> None:
+async def _copy_ignoring_duplicates(
+    session: AsyncSession, rows: list[tuple[object, ...]], owners: list[OwnerRow]
+) -> None:
     """Binary COPY straight into usage_records; if a row is already there (a retried or reclaimed
     batch), COPY into a session-local staging table and `INSERT ... ON CONFLICT DO NOTHING` instead.
 
@@ -270,7 +277,7 @@ async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[obje
     raw = (await connection.get_raw_connection()).driver_connection
     assert raw is not None
     try:
-        await _copy_on(raw, rows)
+        await _copy_on(raw, rows, owners)
     except (asyncpg.PostgresError, *_UNENCODABLE):
         raise  # the server refused, or a value could not be encoded: the driver's transaction
         # rolled back (an encoding failure cancels the COPY), the connection is sound
@@ -281,10 +288,11 @@ async def _copy_ignoring_duplicates(session: AsyncSession, rows: list[tuple[obje
         raise
 
 
-async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]]) -> None:
+async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]], owners: list[OwnerRow]) -> None:
     try:
         async with raw.transaction():
             await raw.copy_records_to_table("usage_records", records=rows, columns=COLUMNS)
+            await insert_owners_raw(raw, owners)
         return
     except asyncpg.UniqueViolationError:
         pass  # some of these are stored already: the idempotent path below
@@ -300,6 +308,7 @@ async def _copy_on(raw: asyncpg.Connection, rows: list[tuple[object, ...]]) -> N
             f"INSERT INTO usage_records ({names}) SELECT {names} FROM {_STAGING} "  # noqa: S608 - fixed names
             "ON CONFLICT DO NOTHING"
         )
+        await insert_owners_raw(raw, owners)
 
 
 _RECORDS: Table = UsageRecord.__table__  # type: ignore[assignment]

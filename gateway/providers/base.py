@@ -79,6 +79,7 @@ class UpstreamResponse:
     usage: TokenUsage | None  # None when the upstream reported none, or counts not believed
     untrusted_usage: str | None = None  # why the reported counts were not believed (usage_bounds)
     cost: Decimal | None = None  # what `usage` costs at the call's tariff, as the body's usage.cost says
+    response_id: str | None = None  # the id of a Response the upstream stores (responses_native)
 
 
 class StreamTranslator(Protocol):

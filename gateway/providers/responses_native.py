@@ -3,7 +3,10 @@
 The body goes out as the client sent it with `model` set to the upstream model (and the cache
 key the gateway knows, as on chat). Replies come back as they were sent, with two changes: `model`
 is the alias the client asked for, and the usage object carries the exact cost. Usage is read
-from the Response, or from a stream's response.completed (or response.incomplete / .failed).
+from the Response, or from a stream's response.completed (or response.incomplete / .failed). The Response's `id` (of
+the answer, or of the stream's first Response-carrying event) is kept for the usage record: the
+upstream stores the Response under that id, and only the team that created it may name it again
+(gateway.proxy.response_owners).
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class NativeResponsesAdapter:
             body=msgspec.json.encode(metered.document),
             usage=metered.usage,
             untrusted_usage=metered.untrusted_usage,
+            response_id=response_id(document),
         )
 
     def stream_translator(self, call: UpstreamCall) -> NativeResponsesStream:
@@ -120,6 +124,12 @@ class NativeResponsesAdapter:
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return self.openai.classify_error(status, body, headers)
+
+
+def response_id(document: dict[str, Any]) -> str | None:
+    """A Response's id, if it has one."""
+    found = document.get("id")
+    return found if isinstance(found, str) and found else None
 
 
 def _document(data: bytes, problem: str) -> dict[str, Any]:
@@ -134,11 +144,13 @@ def _document(data: bytes, problem: str) -> dict[str, Any]:
 
 class NativeResponsesStream:
     """Re-emits each event with its `event:` line; the Response-carrying events get the alias and
-    (on the last one) the cost. An `error` event ends the stream as an upstream failure."""
+    (on the last one) the cost. An `error` event ends the stream as an upstream failure.
+    `response_id`: the Response's id, from the first event that carries it (response.created)."""
 
     def __init__(self, call: UpstreamCall) -> None:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
+        self.response_id: str | None = None
         self._call = call
         self._finished = False
 
@@ -165,6 +177,8 @@ class NativeResponsesStream:
         response = event.get("response")
         if not isinstance(response, dict):
             raise bad_response(f"a {event.get('type')} event without its response")
+        if self.response_id is None:
+            self.response_id = response_id(response)
         metered = metered_response(self._call, response)
         if terminal:
             self._finished = True

@@ -32,6 +32,7 @@ from gateway.limits.limiter import Admission
 from gateway.logs import log_request
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.providers.base import (
+    Endpoint,
     TokenUsage,
     UpstreamCall,
     UpstreamResponse,
@@ -43,6 +44,7 @@ from gateway.proxy.answer_text import answer_bytes
 from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
+from gateway.proxy.response_owners import ResponseOwners
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
@@ -131,6 +133,7 @@ class ProxyService:
         rng: random.Random | None = None,
         on_event: Callable[[UsageEvent], None] | None = None,
         settle: Callable[[Principal, UsageEvent, Admission | None], Awaitable[None]] | None = None,
+        response_owners: ResponseOwners | None = None,
     ) -> None:
         self._table = table
         self._pins = pins
@@ -141,6 +144,7 @@ class ProxyService:
         self._rng = rng or random.Random()
         self._on_event = on_event
         self._settle = settle
+        self._response_owners = response_owners  # who may name a stored Response (None: anyone)
         self.pins_degraded = False
 
     # --- routing ----------------------------------------------------------------------------
@@ -221,6 +225,8 @@ class ProxyService:
             max_attempts = self._retry.max_attempts if bound else 1
             try:
                 call = self._call(ctx, deployment)
+                if self._response_owners is not None and call.endpoint is Endpoint.RESPONSES:
+                    await self._response_owners.check(deployment.provider, ctx.principal.team_id, call.body)
                 result = await attempt(deployment, call, ctx.attempts, max_attempts, ctx.ticket)
             except UpstreamError as exc:
                 last_error = exc
@@ -263,7 +269,9 @@ class ProxyService:
             cost = None  # priced from the estimate, and said in no header
         elif cost is None:  # an adapter that does not price its answers
             cost = ctx.deployment.tariff.cost(usage)
-        await self._meter(ctx, ctx.deployment, 200, usage, source, cost=cost)
+        await self._meter(
+            ctx, ctx.deployment, 200, usage, source, cost=cost, response_id=response.response_id
+        )
         return Completed(ctx.deployment, response, None if cost is None else format(cost, "f"))
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
@@ -293,7 +301,9 @@ class ProxyService:
             usage, source, cost = self._estimate(ctx, completion), UsageSource.ESTIMATED, None
         if not stream.finished and error_code is None:
             status, error_code = 499, "client_disconnected"
-        await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost)
+        # a Responses stream passed through names the Response the upstream stores (responses_native)
+        response_id = getattr(stream.translator, "response_id", None)
+        await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost, response_id)
 
     # --- metering ---------------------------------------------------------------------------
 
@@ -329,9 +339,11 @@ class ProxyService:
         source: UsageSource,
         error_code: str | None = None,
         cost: Decimal | None = None,
+        response_id: str | None = None,
     ) -> None:
         """Record the request's usage event, and log its line. `cost`: what the answer already
-        said `usage` costs (its usage.cost), so that the record holds the very same amount."""
+        said `usage` costs (its usage.cost), so that the record holds the very same amount.
+        `response_id`: a Response the upstream stores, owned by the team from now on."""
         tokens = usage or TokenUsage()
         endpoint = ctx.parsed.endpoint.value
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
@@ -363,6 +375,7 @@ class ProxyService:
             error_code=error_code,
             queue_ms=milliseconds(ctx.attempts.queue_s),
             client_request_id=ctx.correlation.client_request_id,
+            response_id=response_id,
         )
         if self._settle is None:
             await self._usage.append(event)
@@ -373,6 +386,8 @@ class ProxyService:
                 await self._usage.append(event)
             finally:
                 await settled  # whatever the append did
+        if response_id is not None and self._response_owners is not None:
+            await self._response_owners.remember(team_id, response_id)
         if self._on_event is not None:
             self._on_event(event)
         log_request(
