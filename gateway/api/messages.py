@@ -2,13 +2,15 @@
 
 `/v1/messages` is served by the proxy pipeline like chat completions (the ASGI front takes it on
 the hot path; this handler documents it and serves in-process clients). count_tokens generates
-nothing and is not metered: an Anthropic-kind deployment of the model counts the prompt with its own
-tokenizer; for a model no such deployment serves, the gateway answers its estimate, marked as one
-(docs/messages.md).
+nothing, but is admitted against the key's and team's limits like any request: an Anthropic-kind
+deployment of the model counts the prompt with its own tokenizer, and that call has a usage record
+at no cost; for a model no such deployment serves, the gateway answers its estimate, marked as one
+(docs/messages.md), and records nothing.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,8 +20,12 @@ from litestar.response import Stream
 
 from gateway.api.openai import _proxy
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.auth.principal import Principal
+from gateway.errors import UpstreamError
+from gateway.limits import Reservation
 from gateway.providers.base import Endpoint
 from gateway.providers.messages_count import (
+    count_record,
     count_request,
     counted_tokens,
     estimate_tokens,
@@ -31,7 +37,7 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.routing.policy import eligible_deployments
 from gateway.schemas.messages import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
-from gateway.services import services_of
+from gateway.services import Services, services_of
 from gateway.settings import ProviderKind
 
 JSON = "application/json"
@@ -81,26 +87,52 @@ def counting_deployment(eligible: Sequence[Deployment], open_circuits: Any) -> D
 async def count_message_tokens(request: Request) -> Response[bytes]:
     services = services_of(request)
     request.state.request_id = request_id = new_request_id()
+    started = time.time(), time.perf_counter()
     principal = await services.key_cache.authenticate(credential(request.headers))
     request.state.principal = principal
     body, typed, gateway_object = read_count_request(await request.body())
     directives = parse_directives(request.headers, gateway_object)
     eligible = eligible_deployments(typed.model, directives, principal, services.table)
+    # A request like any other for the key's and team's limits (it reserves no tokens and costs
+    # nothing): a refusal is the same 429, with its retry-after
+    admission = await services.limiter.admit(principal, Reservation())
     counter = counting_deployment(eligible, services.health.open_circuits())
-    headers = {"x-request-id": request_id}
-    if counter is None:
+    headers = {"x-request-id": request_id} | admission.headers
+    if counter is None:  # the gateway's own estimate: no upstream call, no usage record
         count = TokenCount(input_tokens=estimate_tokens(typed), estimated=True)
         headers["x-gateway-token-count"] = "estimated"
     else:
-        call = count_request(body, counter.provider, counter.upstream_model, counter.provider.urls[0])
-        answer = await services.executor.exchange(counter.provider, call, NativeMessagesAdapter())
-        count = TokenCount(input_tokens=counted_tokens(answer))
+        count = await _counted_upstream(services, request_id, principal, counter, body, started)
         headers |= {
             "x-gateway-token-count": "upstream",
             "x-gateway-provider": counter.provider.name,
             "x-gateway-region": counter.region,
         }
     return Response(msgspec.json.encode(count), media_type=JSON, headers=headers)
+
+
+async def _counted_upstream(
+    services: Services,
+    request_id: str,
+    principal: Principal,
+    counter: Deployment,
+    body: dict[str, Any],
+    started: tuple[float, float],
+) -> TokenCount:
+    """The count of `counter`'s own count_tokens, recorded (at no cost) however the call ended."""
+    call = count_request(body, counter.provider, counter.upstream_model, counter.provider.urls[0])
+    try:
+        input_tokens = counted_tokens(
+            await services.executor.exchange(counter.provider, call, NativeMessagesAdapter())
+        )
+    except UpstreamError as exc:
+        failed = count_record(request_id, principal, counter, started, exc.status, error_code=exc.code)
+        await services.buffer.append(failed)
+        raise
+    await services.buffer.append(
+        count_record(request_id, principal, counter, started, 200, input_tokens=input_tokens)
+    )
+    return TokenCount(input_tokens=input_tokens)
 
 
 MESSAGES_HANDLERS = [create_message, count_message_tokens]

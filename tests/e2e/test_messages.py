@@ -451,7 +451,10 @@ def test_count_tokens_is_anthropics_count_where_an_anthropic_deployment_serves(
     assert estimated.http_response.json()["estimated"] is True and estimated.parse().input_tokens > 0
     assert len(upstream.requests()) == 2  # the estimate asked no upstream
 
-    assert len(stack.events(team.id, 1)) == 1  # the create only: counting is not metered
+    # the create, and the forwarded count at no cost (the estimate reached no upstream: no record)
+    records = stack.events(team.id, 2)
+    assert sorted(r["endpoint"] for r in records) == ["messages", "messages/count_tokens"]
+    assert [Decimal(r["cost"]) for r in records if r["endpoint"] == "messages/count_tokens"] == [0]
     with pytest.raises(anthropic.AuthenticationError):
         stack.client("gk-not-a-real-key").messages.count_tokens(model="claude", messages=HELLO)
     with pytest.raises(anthropic.NotFoundError):
