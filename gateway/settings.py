@@ -7,6 +7,7 @@ This is the only module that reads `os.environ`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -96,6 +97,9 @@ class Settings(msgspec.Struct, frozen=True):
     # PROMETHEUS_MULTIPROC_DIR: where every worker of one `gateway serve` keeps its metrics
     # (gateway.metrics); set by `gateway serve` itself for several workers
     metrics_dir: str | None = None
+    # GATEWAY_TRUSTED_PROXIES: the addresses and networks (CIDR) of the reverse proxies whose
+    # X-Forwarded-For/-Proto/-Host are believed (gateway.server.forwarded); none by default
+    trusted_proxies: tuple[str, ...] = ()
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
@@ -152,6 +156,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         console_session_ttl_s=_positive_int_env(env, "GATEWAY_CONSOLE_SESSION_TTL_S") or 12 * 3600,
         run_jobs=_bool_env(env, "GATEWAY_RUN_JOBS", True),
         metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
+        trusted_proxies=_networks_env(env, "GATEWAY_TRUSTED_PROXIES"),
     )
 
 
@@ -199,6 +204,18 @@ def _check_redis_url(url: str) -> None:
         parse_redis_url(url)
     except RedisUrlError as exc:
         raise ConfigError(f"GATEWAY_REDIS_URL: {exc}") from None
+
+
+def _networks_env(env: dict[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated addresses or networks (`10.0.0.5, 10.1.0.0/16, ::1`), each as ipaddress writes it."""
+    networks = []
+    for item in (env.get(name) or "").split(","):
+        if item.strip():
+            try:
+                networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+            except ValueError:
+                raise ConfigError(f"{name}: {item.strip()!r} is not an IP address or network") from None
+    return tuple(networks)
 
 
 def _int_env(env: dict[str, str], name: str, default: int) -> int:

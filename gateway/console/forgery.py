@@ -1,7 +1,8 @@
 """Refusing forged cross-site requests: every console POST must come from a console page.
 
 Two checks, either of which stops a forged form: the browser's `Origin` (or, without it, `Referer`)
-must name the host the request was sent to, and the form must carry the CSRF token bound to the
+must name the host the request was sent to (its `Host`: a trusted proxy's `X-Forwarded-Host` is
+already there, gateway.server.forwarded; nobody else's is), and the form must carry the CSRF token bound to the
 session (`gateway.console.tokens`), which another site cannot read. The session cookie is also
 SameSite=Strict, but that does not separate two ports of one host: those are one site.
 """
@@ -31,8 +32,7 @@ def check_origin(request: Request) -> None:
     if claimed == "null":  # an opaque origin: a sandboxed frame, a data: page
         raise CrossSiteRefused
     netloc = urlsplit(claimed).netloc.lower()
-    hosts = {request.headers.get("host", ""), request.headers.get("x-forwarded-host", "").split(",")[0]}
-    if not netloc or netloc not in {host.strip().lower() for host in hosts if host}:
+    if not netloc or netloc != request.headers.get("host", "").strip().lower():
         raise CrossSiteRefused
 
 

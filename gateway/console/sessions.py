@@ -5,6 +5,13 @@ session that signed out, and re-checks its key through the key cache (a cheap in
 of the time), so a session ends as soon as its key is revoked, expires or its team is deleted, and
 an admin session ends when the admin key changes. Admin pages depend on `admin` instead, which
 refuses a team's session.
+
+The cookie is `__Host-gateway_console` when the console is served over https: a browser takes a
+cookie of that name only if it is Secure, for Path=/ and without a Domain, so no other host (a
+subdomain) and no plain-http page can set or shadow it. Over plain http (a gateway on localhost)
+such a cookie would be refused, so it is `gateway_console`, for Path=/ui. Which scheme a request
+came over is the server's to say (https to the gateway, or to a trusted proxy that says so:
+gateway.server.forwarded), never a header any client can send.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from gateway.errors import AuthenticationFailed
 from gateway.services import services_of
 from gateway.settings import Settings
 
-COOKIE = "gateway_console"
+COOKIE = "gateway_console"  # over plain http
 COOKIE_PATH = "/ui"
+SECURE_COOKIE = "__Host-gateway_console"  # over https; the prefix requires Path=/
+SECURE_COOKIE_PATH = "/"
 FAILED_SIGN_INS_ALLOWED = 10  # per client address and window: enough for typos, too few for guessing
 FAILED_SIGN_IN_WINDOW_S = 300.0
 
@@ -82,7 +91,7 @@ class ConsoleSessions:
         return cls(None if secret is None else TokenSigner(secret), settings.console_session_ttl_s)
 
     async def viewer(self, request: Request) -> Viewer:
-        token = request.cookies.get(COOKIE)
+        token = request.cookies.get(cookie_name(request))
         if not token or self.signer is None:
             raise SignInRequired(ended=False)
         claims = self.signer.verify(token, now=self.clock())
@@ -93,19 +102,13 @@ class ConsoleSessions:
 
     def start(self, response: Response[object], request: Request, token: str) -> None:
         """Set the session cookie on the response that ends a sign-in."""
-        response.set_cookie(
-            COOKIE,
-            token,
-            max_age=int(self.ttl_s),
-            path=COOKIE_PATH,
-            secure=served_over_https(request),
-            httponly=True,
-            samesite="strict",
-        )
+        _set_session_cookie(response, request, token, int(self.ttl_s))
 
     @staticmethod
     def end(response: Response[object], request: Request) -> None:
-        response.delete_cookie(COOKIE, path=COOKIE_PATH)
+        """Clear the session cookie; with the attributes it was set with, or a browser keeps a
+        `__Host-` one."""
+        _set_session_cookie(response, request, "", 0)
 
 
 async def _principal(request: Request, signer: TokenSigner, claims: SessionClaims) -> Principal | None:
@@ -125,9 +128,25 @@ async def _principal(request: Request, signer: TokenSigner, claims: SessionClaim
 
 
 def served_over_https(request: Request) -> bool:
-    """https to the gateway, or to the proxy in front of it (which says so in X-Forwarded-Proto)."""
-    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
-    return request.url.scheme == "https" or forwarded == "https"
+    """https to the gateway, or to a trusted proxy in front of it (gateway.server.forwarded)."""
+    return request.url.scheme == "https"
+
+
+def cookie_name(request: Request) -> str:
+    return SECURE_COOKIE if served_over_https(request) else COOKIE
+
+
+def _set_session_cookie(response: Response[object], request: Request, token: str, max_age: int) -> None:
+    secure = served_over_https(request)
+    response.set_cookie(
+        SECURE_COOKIE if secure else COOKIE,
+        token,
+        max_age=max_age,
+        path=SECURE_COOKIE_PATH if secure else COOKIE_PATH,
+        secure=secure,
+        httponly=True,
+        samesite="strict",
+    )
 
 
 async def provide_viewer(request: Request, console: NamedDependency[ConsoleSessions]) -> Viewer:

@@ -48,7 +48,9 @@ OPTIONS: dict[str, Any] = {
     "log_level": "info",  # start-up, shutdown and the workers' comings and goings
     "timeout_graceful_shutdown": 30,
     "server_header": False,
-    "proxy_headers": False,  # the gateway never reads the client address
+    # forwarded headers are read only from GATEWAY_TRUSTED_PROXIES (gateway.server.forwarded);
+    # uvicorn's own option would trust 127.0.0.1 unless told otherwise
+    "proxy_headers": False,
 }
 
 

@@ -37,20 +37,33 @@ HUGE = 30 * 1024 * 1024
 CHUNK = 64 * 1024
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    workdir = tmp_path_factory.mktemp("console-limits")
+def start_gateway(workdir: Path, **env: str) -> GatewayProcess:
     config = workdir / "gateway.yaml"
     config.write_text(CONFIG)
-    process = GatewayProcess(
-        config,
-        {
-            "GATEWAY_DATABASE_URL": f"sqlite:///{workdir}/gateway.db",
-            "GATEWAY_REDIS_URL": "",
-            "GATEWAY_ADMIN_KEY": ADMIN_KEY,
-            "GATEWAY_KEY_CACHE_TTL_S": "1",
-        },
-    ).start()
+    defaults = {
+        "GATEWAY_DATABASE_URL": f"sqlite:///{workdir}/gateway.db",
+        "GATEWAY_REDIS_URL": "",
+        "GATEWAY_ADMIN_KEY": ADMIN_KEY,
+        "GATEWAY_KEY_CACHE_TTL_S": "1",
+        "GATEWAY_RUN_JOBS": "false",  # no batch job here
+    }
+    return GatewayProcess(config, defaults | env).start()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Trusting no proxy (the default): every forwarded header is any client's claim."""
+    process = start_gateway(tmp_path_factory.mktemp("console-limits"))
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def behind_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Trusting 127.0.0.1 as its reverse proxy: the tests speak as the proxy, naming each client."""
+    process = start_gateway(tmp_path_factory.mktemp("behind-proxy"), GATEWAY_TRUSTED_PROXIES="127.0.0.1")
     try:
         yield process
     finally:
@@ -133,3 +146,43 @@ def test_a_30_mb_sign_in_form_is_refused_before_it_is_read(gateway: GatewayProce
     )
     assert status == 413
     assert small_status == 200
+
+
+PUBLIC = "console.example.com"
+AS_IF_HTTPS = {"x-forwarded-proto": "https", "x-forwarded-host": PUBLIC, "origin": f"https://{PUBLIC}"}
+
+
+def sign_in(gateway: GatewayProcess, key: str, headers: dict[str, str] | None = None) -> httpx.Response:
+    with httpx.Client(base_url=gateway.base_url, headers=headers or {}) as client:
+        return client.post("/ui/login", data={"key": key, "next": "/ui/usage"})
+
+
+def test_forwarded_headers_from_a_client_change_neither_the_cookie_nor_the_origin_check(
+    gateway: GatewayProcess,
+) -> None:
+    refused = sign_in(gateway, ADMIN_KEY, AS_IF_HTTPS)
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers  # its Origin is not this host
+    without_origin = {name: value for name, value in AS_IF_HTTPS.items() if name != "origin"}
+    reply = sign_in(gateway, ADMIN_KEY, without_origin)
+    assert reply.status_code == 303
+    cookie = reply.headers["set-cookie"].lower()
+    assert cookie.startswith("gateway_console=") and "path=/ui" in cookie and "secure" not in cookie
+
+
+def test_the_trusted_proxys_https_and_host_give_the_host_prefixed_cookie(
+    behind_proxy: GatewayProcess,
+) -> None:
+    reply = sign_in(behind_proxy, ADMIN_KEY, AS_IF_HTTPS)
+    assert reply.status_code == 303, reply.text
+    cookie = reply.headers["set-cookie"]
+    assert cookie.startswith("__Host-gateway_console=")
+    assert "Path=/;" in cookie and "Secure" in cookie and "HttpOnly" in cookie and "Domain" not in cookie
+    token = cookie.split(";")[0].split("=", 1)[1]
+    session = {"cookie": f"__Host-gateway_console={token}"}
+    with httpx.Client(base_url=behind_proxy.base_url, headers=AS_IF_HTTPS | session) as browser:
+        page = browser.get("/ui/usage")
+        assert page.status_code == 200 and 'data-role="admin"' in page.text
+        over_http = browser.get("/ui/usage", headers={"x-forwarded-proto": "http"})
+        assert over_http.status_code == 303  # the https session is not read over plain http
+    forged = sign_in(behind_proxy, ADMIN_KEY, AS_IF_HTTPS | {"origin": "https://evil.example"})
+    assert forged.status_code == 403
