@@ -141,6 +141,11 @@ class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     default_max_tokens: int = 4096
     # How long an admission's budget hold lasts when its request is never settled (a lost process)
     reservation_ttl_s: float = 1800.0
+    # A stream whose client takes none of the bytes sent for this long is closed on both sides, its
+    # capacity permit given back and its usage recorded as 499 client_stalled (gateway.api.sse_relay)
+    stream_write_timeout_s: float = 30.0
+    # Streams one key may have in flight at one serving process; past it: 429 too_many_streams
+    max_streams_per_key: int = 256
 
     @property
     def buffered_body_bytes(self) -> int:
@@ -316,6 +321,8 @@ def _check_tuning(catalog: Catalog, path: Path) -> None:
         "limits.max_upstream_response_bytes": catalog.limits.max_upstream_response_bytes >= 1024,
         "limits.default_max_tokens": 0 <= catalog.limits.default_max_tokens <= 2**31 - 1,
         "limits.reservation_ttl_s": catalog.limits.reservation_ttl_s >= 1,
+        "limits.stream_write_timeout_s": catalog.limits.stream_write_timeout_s > 0,
+        "limits.max_streams_per_key": catalog.limits.max_streams_per_key >= 1,
     }
     for key, ok in checks.items():
         if not ok:

@@ -11,7 +11,8 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 ├── Conflict (409, invalid_request_error, code conflict)
 ├── RateLimited (429, rate_limit_error / insufficient_quota)
 │   ├── QueueFull (429, code queue_full)
-│   └── QueueTimeout (429, code queue_timeout)
+│   ├── QueueTimeout (429, code queue_timeout)
+│   └── TooManyStreams (429, code too_many_streams)
 ├── ServiceUnavailable (503, api_error): the gateway's own dependency (database) is down
 └── UpstreamError (502, upstream_error)         retryable + fallback allowed unless said
     ├── UpstreamTimeout (504)
@@ -146,6 +147,13 @@ class QueueTimeout(RateLimited):
     """The request waited its class's `queue_timeout_s` for capacity; it never reached an upstream."""
 
     code = "queue_timeout"
+
+
+class TooManyStreams(RateLimited):
+    """The key has `limits.max_streams_per_key` streams in flight at this process already; the
+    request was not sent."""
+
+    code = "too_many_streams"
 
 
 class ServiceUnavailable(GatewayError):

@@ -35,6 +35,7 @@ from gateway.metrics import Metrics
 from gateway.mockupstream.behaviour import MockBehaviour
 from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.proxy.exchange import ProxyPipeline
+from gateway.proxy.relay import KeyStreams
 from gateway.proxy.response_owners import ResponseOwners
 from gateway.proxy.service import ProxyService
 from gateway.redis.client import RedisClient, durability_of, redis_client
@@ -252,6 +253,7 @@ def open_services(settings: Settings) -> Services:
             metrics,
             catalog.limits.max_messages,
             Reservations(table, catalog.limits.default_max_tokens),
+            KeyStreams(catalog.limits.max_streams_per_key),
         ),
         file_store=open_file_store(catalog.files),
         file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),

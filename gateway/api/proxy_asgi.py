@@ -7,7 +7,7 @@ header containers, the exception middleware) is a measurable share of the gatewa
 request (docs/performance.md). This front runs the same `ProxyPipeline` as the Litestar handlers,
 reads the body itself once the key is checked, under the process's budget of bodies being read
 (`gateway.api.request_body`), and sends the ASGI messages; a stream is relayed frame by frame and
-stopped as soon as the client leaves (`gateway.api.sse_relay`). Every other request goes to
+stopped as soon as the client leaves, or stops taking what is sent (`gateway.api.sse_relay`). Every other request goes to
 Litestar, which keeps documenting these endpoints in the OpenAPI schema and serving them to
 in-process clients.
 """
@@ -96,7 +96,8 @@ class ProxyFront:
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
             return await _reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]), body)
         if result.stream is not None:
-            await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream)
+            write_timeout_s = self.services().settings.catalog.limits.stream_write_timeout_s
+            await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream, write_timeout_s)
         else:
             await _send(send, 200, result.headers, result.body)
         return None

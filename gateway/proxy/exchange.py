@@ -21,12 +21,13 @@ from gateway.limits import Limiter, Reservation, Reservations
 from gateway.metrics import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.correlation import read_correlation
-from gateway.proxy.relay import StreamRelay
+from gateway.proxy.relay import KeyStreams, StreamRelay
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.scheduling.ticket import Ticket
+from gateway.settings import LimitSettings
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -104,6 +105,8 @@ class ProxyPipeline:
     metrics: Metrics
     max_messages: int
     reservations: Reservations  # what admission reserves for a request (gateway.limits.reservation)
+    # the streams each key has in flight at this process (limits.max_streams_per_key)
+    streams: KeyStreams = field(default_factory=lambda: KeyStreams(LimitSettings().max_streams_per_key))
 
     async def run(
         self,
@@ -144,12 +147,16 @@ class ProxyPipeline:
             correlation=read_correlation(headers),
         )
         outcome: OpenStream | Completed
+        slot = None  # a stream's place among its key's streams in flight, until its relay closes
         try:
             if parsed.stream:
+                slot = self.streams.open(principal.key_id)  # past the key's bound: 429, nothing sent
                 outcome = await self.proxy.open_stream(ctx)
             else:
                 outcome = await self.proxy.complete(ctx)
         except BaseException as exc:  # a cancelled request too: its reservation must not linger
+            if slot is not None:
+                slot.release()
             if isinstance(exc, GatewayError):
                 exc.headers = admission.headers | queue_header(ctx.attempts.queue_s) | exc.headers
                 if ctx.deployment is not None:  # routed: where it was to be served
@@ -163,9 +170,9 @@ class ProxyPipeline:
         self.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
         answer = gateway_headers(exchange.request_id, outcome.deployment, overhead, ctx.attempts.queue_s)
         if isinstance(outcome, OpenStream):
-            return ProxyResult(
-                answer | SSE_HEADERS | admission.headers, stream=self.proxy.relay(ctx, outcome)
-            )
+            relay = self.proxy.relay(ctx, outcome)
+            relay.slot = slot
+            return ProxyResult(answer | SSE_HEADERS | admission.headers, stream=relay)
         if outcome.cost is not None:  # (a stream's headers go out before its cost is known)
             answer["x-gateway-cost"] = outcome.cost
         return ProxyResult(answer | admission.headers, body=outcome.response.body)

@@ -1,4 +1,5 @@
-"""The relay of one SSE stream to the client: its frames, then one usage record however it ended.
+"""The relay of one SSE stream to the client: its frames, then one usage record however it ended;
+and the streams each key has in flight at this process (`KeyStreams`).
 
 `frames()` is what the front sends, an upstream error after the first byte ending it in-band;
 `close()` closes the upstream and meters. They are apart because the front stops `frames()` by
@@ -15,12 +16,57 @@ from dataclasses import dataclass
 import structlog
 
 from gateway.dispatch.stream import OpenStream
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, TooManyStreams
 
 log = structlog.get_logger("gateway.proxy")
 
 # Records the usage of a stream that has ended, given the status and error code it ended with.
 StreamMeter = Callable[[OpenStream, int, str | None], Awaitable[None]]
+
+CLIENT_STALLED = "client_stalled"  # the error code of a stream whose client stopped taking bytes
+
+
+class StreamSlot:
+    """One stream of a key counted in flight (`KeyStreams`) until `release()` (idempotent)."""
+
+    __slots__ = ("_counts", "_held", "_key_id")
+
+    def __init__(self, counts: dict[str, int], key_id: str) -> None:
+        self._counts, self._key_id, self._held = counts, key_id, True
+        counts[key_id] = counts.get(key_id, 0) + 1
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            left = self._counts[self._key_id] - 1
+            if left:
+                self._counts[self._key_id] = left
+            else:
+                del self._counts[self._key_id]  # a key without streams leaves nothing behind
+
+
+class KeyStreams:
+    """The streams each key has in flight at this process, at most `limit` a key: a client that
+    opens streams and never reads them holds a capacity permit per stream until its write deadline,
+    and one key must not hold every permit of a provider that way. Counted per process (the bound
+    is on what one process relays, as its memory and connections are)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._counts: dict[str, int] = {}
+
+    def open(self, key_id: str) -> StreamSlot:
+        """Count one more stream of `key_id`; TooManyStreams (429) when it has `limit` already."""
+        if self._counts.get(key_id, 0) >= self.limit:
+            raise TooManyStreams(
+                f"This key has {self.limit} streams in flight at this gateway process already; "
+                "finish or close one, then retry.",
+                headers={"retry-after": "1"},
+            )
+        return StreamSlot(self._counts, key_id)
+
+    def in_flight(self, key_id: str) -> int:
+        return self._counts.get(key_id, 0)
 
 
 @dataclass(slots=True)
@@ -33,6 +79,7 @@ class StreamRelay:
     status: int = 200
     error_code: str | None = None
     closed: bool = False
+    slot: StreamSlot | None = None  # the key's count of streams in flight, released on close
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The frames to send, several joined when one upstream read held them."""
@@ -45,6 +92,13 @@ class StreamRelay:
             log.warning("stream_failed", request_id=self.request_id, code=exc.code)
             yield b"data: " + exc.to_json() + b"\n\n"
 
+    def client_stalled(self, timeout_s: float) -> None:
+        """The client took none of the bytes sent for `timeout_s`: the front is closing its
+        connection, and the record says 499 (unless the upstream had failed first)."""
+        log.warning("stream_client_stalled", request_id=self.request_id, timeout_s=timeout_s)
+        if self.error_code is None:
+            self.status, self.error_code = 499, CLIENT_STALLED
+
     async def close(self) -> None:
         """Close the upstream and record the usage, once, however the relay ended (a client that
         walks away included). Both steps are bounded already: the upstream connection is given
@@ -53,6 +107,8 @@ class StreamRelay:
         if self.closed:
             return
         self.closed = True
+        if self.slot is not None:
+            self.slot.release()
         try:
             await self.stream.close()
         finally:
