@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 import httpx
 import msgspec
@@ -43,6 +43,10 @@ _ANTHROPIC_STATUSES = {"invalid_request_error": 400, "authentication_error": 401
 class ProviderBatchError(Exception):
     """The provider's batch API could not be reached or refused a call; the message names the
     call and the status, never a request's text."""
+
+
+class ForeignResultsUrl(ProviderBatchError):
+    """The provider named a results_url outside its own base URL: never read with its key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,40 @@ async def exchange(
     if not 200 <= reply.status_code < 300:
         raise ProviderBatchError(f"{what}: HTTP {reply.status_code}")
     return reply.content
+
+
+def check_under_base(url: str, bases: Sequence[str]) -> None:
+    """ProviderBatchError unless `url` is under one of the provider's base URLs: the same scheme,
+    host and port, and a path inside the base's path (no `.` or `..` segment to climb out of it).
+    The error names the URL without its query, which may hold a signature."""
+    target = urlsplit(url)
+    try:
+        target_port = _port(target)
+    except ValueError:
+        target_port = None
+    path = target.path or "/"
+    climbs = any(unquote(segment) in (".", "..") for segment in path.split("/"))
+    for base in bases:
+        allowed = urlsplit(base)
+        prefix = allowed.path.rstrip("/") + "/"
+        if (
+            not climbs
+            and target.scheme.lower() == allowed.scheme.lower()
+            and (target.hostname or "") == (allowed.hostname or "")
+            and target_port is not None
+            and target_port == _port(allowed)
+            and target.username is None
+            and (path + "/").startswith(prefix)
+        ):
+            return
+    shown = urlunsplit((target.scheme, target.netloc.rpartition("@")[2], target.path, "", ""))
+    raise ForeignResultsUrl(
+        f"the provider's results_url {shown} is not under its base URL; the results are not fetched"
+    )
+
+
+def _port(url: SplitResult) -> int | None:
+    return url.port or {"http": 80, "https": 443}.get(url.scheme.lower())
 
 
 def _decoded(body: bytes, what: str) -> dict[str, Any]:
@@ -274,6 +312,8 @@ class AnthropicBatchApi:
 
     async def results(self, state: BatchState, calls: Mapping[int, UpstreamCall]) -> list[LineResult]:
         url = state.results_url or self._url(f"/{quote(state.id, safe='')}/results")
+        # The request carries the provider's key: it goes nowhere but to the provider itself.
+        check_under_base(url, self.provider.urls)
         rows = jsonl_objects(await exchange(self.http, "GET", url, self._headers()))
         created = int(time.time())
         results = [anthropic_line_result(row, calls, created) for row in rows]

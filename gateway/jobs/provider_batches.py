@@ -31,6 +31,7 @@ from gateway.jobs import ledger
 from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
 from gateway.jobs.line_sender import line_cache_key
 from gateway.jobs.provider_batch_api import (
+    ForeignResultsUrl,
     LineResult,
     ProviderBatchApi,
     ProviderBatchError,
@@ -204,6 +205,10 @@ class ProviderJob:
                 batch_id = None
                 await self._remember(None)
             except ProviderBatchError as exc:
+                if isinstance(exc, ForeignResultsUrl) and (ending := self._ending()) is not None:
+                    # Results that cannot be read never will be: the job ends with what it has.
+                    log.warning("provider_batch_abandoned", batch=self.job.id, reason=str(exc))
+                    return ending
                 await self._pause(f"provider batch API failing: {exc}")
                 continue
             if stored == 0 and self._ending() is None:

@@ -242,8 +242,13 @@ class MockBatches:
         status = "ended" if ended else "canceling" if batch.cancelled_at is not None else "in_progress"
         succeeded = sum(1 for line in batch.answers if line.status == 200)
         unrun = len(batch.requests) - len(batch.answers)
-        host = headers.get("host")
-        results_url = f"http://{host}/v1/messages/batches/{batch.id}/results" if ended and host else None
+        # `x-mock-results-base` (a provider's configured header) names another server for the
+        # results, with a signed-looking query: what a gateway must not follow with its key.
+        base, query = headers.get("x-mock-results-base"), "?signature=mock-signature"
+        if base is None:
+            host = headers.get("host")
+            base, query = (f"http://{host}" if host else None), ""
+        results_url = f"{base}/v1/messages/batches/{batch.id}/results{query}" if ended and base else None
         return {
             "id": batch.id, "type": "message_batch", "processing_status": status,
             "request_counts": {"processing": 0 if ended else len(batch.requests), "succeeded": succeeded,

@@ -44,6 +44,13 @@ providers:
     base_url: {upstream}
     api_key: upstream-secret-anthropic
     batch_execution: provider
+  - name: up-anthropic-foreign
+    kind: anthropic
+    region: us-east
+    base_url: {upstream}
+    api_key: upstream-secret-anthropic
+    batch_execution: provider
+    headers: {{x-mock-results-base: "{foreign}"}}
 models:
   - name: chat
     deployments:
@@ -56,13 +63,19 @@ models:
         model: claude-upstream
         price: {{input: 3, output: 15}}
         batch_discount: 0.5
-jobs: {{poll_interval_s: 0.2}}
+  - name: claude-foreign
+    deployments:
+      - provider: up-anthropic-foreign
+        model: claude-upstream
+        price: {{input: 3, output: 15}}
+jobs: {{poll_interval_s: 0.2, pause_s: 0.5}}
 """
 
 
 @dataclass
 class Stack:
     upstream: RunningUpstream
+    foreign: RunningUpstream  # where a provider's results_url may point: another server
     gateway: GatewayProcess
     admin: httpx.Client
     team: Team
@@ -75,18 +88,20 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     database_url = recreate_database(DATABASE)
     upstream = start_mock_upstream(completion_tokens=6, batch_delay_ms=300)
+    foreign = start_mock_upstream()
     config = tmp_path_factory.mktemp("provider-batches") / "gateway.yaml"
-    config.write_text(CONFIG.format(upstream=upstream.base_url))
+    config.write_text(CONFIG.format(upstream=upstream.base_url, foreign=foreign.base_url))
     env = {"GATEWAY_DATABASE_URL": database_url, "GATEWAY_ADMIN_KEY": ADMIN_KEY}
     gateway = GatewayProcess(config, env)
     try:
         gateway.start()
         admin = httpx.Client(base_url=gateway.base_url, headers={"authorization": f"Bearer {ADMIN_KEY}"})
-        yield Stack(upstream, gateway, admin, create_team(admin, "provider-batches"))
+        yield Stack(upstream, foreign, gateway, admin, create_team(admin, "provider-batches"))
         admin.close()
     finally:
         gateway.stop()
         upstream.stop()
+        foreign.stop()
 
 
 def line(custom_id: str, model: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -179,3 +194,34 @@ def test_an_anthropic_job_is_translated_both_ways_and_priced_at_the_discount(sta
     assert len(events) == 4
     for event in events:
         assert Decimal(event["cost"]) == priced(event, ANTHROPIC_BATCH), event
+
+
+def test_a_results_url_off_the_providers_base_is_never_fetched_with_its_key(stack: Stack) -> None:
+    """The provider names results on another server (with a signed query): the gateway does not
+    follow it, the job waits with the reason, and a cancel still ends it."""
+    client = stack.client()
+    data = json.dumps(line("f-0", "claude-foreign", "question")).encode() + b"\n"
+    uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while not ((reason := paused_reason(client, batch.id)) and "results_url" in reason):
+        assert time.monotonic() < deadline, f"batch {batch.id} never paused on its results_url"
+        time.sleep(0.2)
+    assert reason.startswith("provider batch API failing: the provider's results_url http://127.0.0.1:")
+    assert "not under its base URL" in reason and "signature" not in reason
+    assert stack.foreign.requests() == []  # the key never went there
+    assert "mock-signature" not in stack.gateway.logs()
+    client.batches.cancel(batch.id)
+    while (batch := client.batches.retrieve(batch.id)).status != "cancelled":
+        assert time.monotonic() < deadline, f"batch {batch.id} still {batch.status}"
+        time.sleep(0.2)
+    assert [entry["custom_id"] for entry in file_lines(client, batch.error_file_id)] == ["f-0"]
+    assert stack.foreign.requests() == []
+
+
+def paused_reason(client: openai.OpenAI, batch_id: str) -> str | None:
+    placement = client.batches.retrieve(batch_id).to_dict().get("gateway") or {}
+    reason = placement.get("paused_reason")
+    return reason if isinstance(reason, str) else None
