@@ -23,7 +23,7 @@ from gateway.mockupstream import anthropic_format, openai_format
 from gateway.mockupstream.answers import answer
 from gateway.mockupstream.behaviour import BehaviourError, MockBehaviour, with_overrides
 from gateway.mockupstream.cache import PromptCache
-from gateway.mockupstream.recorder import parse_body
+from gateway.mockupstream.recorder import BodyTooDeep, parse_body
 from gateway.mockupstream.replies import MockReply, json_reply
 from gateway.mockupstream.routes import Api, Operation, Route, request_problem
 
@@ -166,7 +166,10 @@ class MockBatches:
             return _error(Api.OPENAI, 404, f"No such File object: {body['input_file_id']}")
         requests = []
         for number, text in enumerate(stored[2].decode("utf-8", "replace").splitlines()):
-            line = parse_body(text.encode())
+            try:
+                line = parse_body(text.encode())
+            except BodyTooDeep:
+                line = None  # refused below, as a line that is not a chat request
             if isinstance(line, dict) and line.get("url") in CHAT_URLS:
                 requests.append((str(line.get("custom_id")), line.get("body")))
             elif text.strip():

@@ -26,8 +26,9 @@ from gateway.mockupstream.behaviour import (
     with_overrides,
 )
 from gateway.mockupstream.cache import PromptCache
-from gateway.mockupstream.recorder import RequestRecorder, parse_body
+from gateway.mockupstream.recorder import BodyTooDeep, RequestRecorder, parse_body
 from gateway.mockupstream.replies import MockReply, json_reply
+from gateway.schemas.nesting import TOO_DEEP
 
 
 class Controlled(Protocol):
@@ -48,6 +49,8 @@ def _behaviour(upstream: Controlled, method: str, body: bytes) -> MockReply:
             upstream.set_behaviour(with_overrides(upstream.behaviour, parse_body(body)))
     except BehaviourError as exc:
         return json_reply(400, openai_format.error_body(400, str(exc)))
+    except BodyTooDeep:
+        return json_reply(400, openai_format.error_body(400, TOO_DEEP))
     return json_reply(200, encode_behaviour(upstream.behaviour))
 
 

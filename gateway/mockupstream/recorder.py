@@ -8,7 +8,15 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from gateway.schemas.nesting import too_deep
+
 MAX_RECORDED = 10_000
+
+
+class BodyTooDeep(ValueError):
+    """A JSON body nested past the gateway's bound (gateway.schemas.nesting): answered with a 400
+    and recorded without its body, which `/_mock/requests` could not encode again past Python's
+    recursion limit."""
 
 
 class RecordedRequest(msgspec.Struct, frozen=True):
@@ -20,13 +28,19 @@ class RecordedRequest(msgspec.Struct, frozen=True):
 
 
 def parse_body(raw: bytes) -> Any:
-    """The body as JSON when it is JSON, else as text (None when empty)."""
+    """The body as JSON when it is JSON, else as text (None when empty); BodyTooDeep when it nests
+    past the bound."""
     if not raw:
         return None
     try:
-        return msgspec.json.decode(raw)
+        body = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return raw.decode("utf-8", "replace")
+    except RecursionError:  # msgspec's guard: thousands of levels
+        raise BodyTooDeep from None
+    if too_deep(body, raw):
+        raise BodyTooDeep
+    return body
 
 
 class RequestRecorder:

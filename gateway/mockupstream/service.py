@@ -20,7 +20,7 @@ from gateway.mockupstream.batch_api import MockBatches
 from gateway.mockupstream.behaviour import BehaviourError, MockBehaviour, header_overrides, with_overrides
 from gateway.mockupstream.cache import PromptCache
 from gateway.mockupstream.control import control_reply
-from gateway.mockupstream.recorder import MAX_RECORDED, RequestRecorder, parse_body
+from gateway.mockupstream.recorder import MAX_RECORDED, BodyTooDeep, RequestRecorder, parse_body
 from gateway.mockupstream.replies import MockReply, json_reply
 from gateway.mockupstream.routes import (
     BATCH_OPERATIONS,
@@ -32,6 +32,7 @@ from gateway.mockupstream.routes import (
     match_route,
     request_problem,
 )
+from gateway.schemas.nesting import TOO_DEEP
 
 GARBAGE_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
@@ -78,7 +79,11 @@ class MockUpstream:
         control_at = request.path.find("/_mock/")
         if control_at >= 0:  # under any base URL prefix, as the in-process transport is used
             return control_reply(self, request.method, request.path[control_at:], request.body)
-        body = parse_body(request.body)
+        try:
+            body = parse_body(request.body)
+        except BodyTooDeep:
+            self.recorder.record(request.method, request.path, request.query, request.headers, None)
+            return error_reply(api_of_path(request.path), 400, TOO_DEEP)
         self.recorder.record(request.method, request.path, request.query, request.headers, body)
         route = match_route(request.method, request.path)
         if route is None:

@@ -24,6 +24,7 @@ from gateway.providers.upstream_errors import bad_response
 from gateway.providers.usage_bounds import UntrustedUsage, reported_count
 from gateway.routing.deployment import Deployment
 from gateway.schemas.messages import ContentBlock, CountTokensRequest
+from gateway.schemas.nesting import TOO_DEEP, too_deep
 from gateway.settings import Provider
 
 COUNT_ENDPOINT = "messages/count_tokens"  # the usage records' endpoint of a forwarded count
@@ -44,8 +45,12 @@ def read_count_request(raw: bytes) -> tuple[dict[str, Any], CountTokensRequest, 
         body = _DECODER.decode(raw)
     except msgspec.ValidationError:
         raise InvalidRequest("The request body must be a JSON object") from None
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError:
         raise InvalidRequest("The request body is not valid JSON") from None
+    except RecursionError:  # msgspec's guard: thousands of levels
+        raise InvalidRequest(TOO_DEEP) from None
+    if too_deep(body, raw):
+        raise InvalidRequest(TOO_DEEP)
     directives = body.pop("gateway", None)
     try:
         typed = msgspec.convert(body, CountTokensRequest)

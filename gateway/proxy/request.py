@@ -12,6 +12,7 @@ from gateway.errors import InvalidRequest
 from gateway.providers.base import Endpoint
 from gateway.proxy.prompt_text import PromptSize, prompt_size
 from gateway.schemas.messages import MessagesRequest
+from gateway.schemas.nesting import TOO_DEEP, too_deep
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gateway.schemas.responses import ResponsesRequest
 
@@ -96,7 +97,9 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
     except RecursionError:  # msgspec's guard against a stack overflow: `[[[[...` a few KB deep
-        raise InvalidRequest("The request body is nested too deeply") from None
+        raise InvalidRequest(TOO_DEEP) from None
+    if too_deep(body, raw):  # later steps re-encode parts of the body, some recursively
+        raise InvalidRequest(TOO_DEEP)
     gateway_object = body.pop("gateway", None)
     if endpoint is Endpoint.MESSAGES and body.get("max_tokens") is None:  # Anthropic requires it
         raise InvalidRequest("max_tokens is required", param="max_tokens")

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 MAX_NESTING = 64
+TOO_DEEP = (
+    f"The JSON nests arrays and objects more than {MAX_NESTING} levels deep; {MAX_NESTING} is the limit"
+)
 
 
 def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
@@ -39,5 +44,21 @@ def too_deep(value: Any, raw: bytes | None = None, limit: int = MAX_NESTING) -> 
     """Whether `value` nests past `limit`. With the raw JSON it came from, a body with fewer
     brackets than the bound (most requests) is passed without a walk."""
     if raw is not None and raw.count(b"{") + raw.count(b"[") <= limit:
+        return False
+    return nesting_depth(value, limit) > limit
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_NESTING) -> bool:
+    """Whether the JSON text `raw` nests past `limit`, for parsers that decode straight to a typed
+    value (whose own errors would not name the bound, or would be msgspec's recursion guard). Text
+    with fewer brackets than the bound is passed unread; text that is not JSON is left to the
+    caller's parser to refuse."""
+    if raw.count(b"{") + raw.count(b"[") <= limit:
+        return False
+    try:
+        value = msgspec.json.decode(raw)
+    except RecursionError:  # msgspec's guard: thousands of levels
+        return True
+    except msgspec.DecodeError:
         return False
     return nesting_depth(value, limit) > limit

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import msgspec
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from gateway.schemas.nesting import MAX_NESTING
 from gateway.server.asgi import serving_app
-from tests.fuzz.stack import FuzzStack, fuzz_settings, prepare_database
+from tests.fuzz.stack import FuzzStack, fuzz_settings, prepare_database, served_gateway
 from tests.support.openapi import validate
+from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 Client = AsyncTestClient[Litestar]
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
@@ -55,6 +59,138 @@ async def test_a_body_nested_thousands_deep_is_400(gateway: tuple[FuzzStack, Cli
     raw = b'{"model":"gpt-4o-mini","messages":[],"x":' + b"[" * 5000 + b"]" * 5000 + b"}"
     response = await client.post("/v1/chat/completions", content=raw, headers=stack.team_auth)
     refused(response.status_code, response.json())
+
+
+# --- JSON nested past the bound (gateway.schemas.nesting): a 400 naming it, wherever JSON is read
+# Deep values are written as JSON text: encoding them (json or msgspec) would recurse in the test.
+
+
+def nested_schema(depth: int) -> bytes:
+    """A JSON Schema about `depth` levels deep: each property wraps it in two objects."""
+    wraps = depth // 2
+    return b'{"type":"object","properties":{"a":' * wraps + b'{"type":"string"}' + b"}}" * wraps
+
+
+def nested_list(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def with_field(body: dict[str, Any], name: str, value: bytes) -> bytes:
+    """`body` as JSON with one more field, whose value is the JSON text `value`."""
+    return msgspec.json.encode(body)[:-1] + b',"' + name.encode() + b'":' + value + b"}"
+
+
+async def post_raw(client: Client, path: str, raw: bytes, headers: dict[str, str]) -> httpx.Response:
+    return await client.post(path, content=raw, headers={**headers, "content-type": "application/json"})
+
+
+def refused_for_depth(response: httpx.Response) -> None:
+    body = response.json()
+    refused(response.status_code, body)
+    assert body["error"]["param"] is None
+    assert str(MAX_NESTING) in body["error"]["message"], body
+
+
+async def test_responses_tools_nested_970_deep_are_400(gateway: tuple[FuzzStack, Client]) -> None:
+    """They reached the built-in mock, whose parser recursed past Python's limit: a 500."""
+    stack, client = gateway
+    tools = b'[{"type":"function","name":"f","parameters":' + nested_schema(970) + b"}]"
+    raw = with_field({"model": "gpt-4o-mini", "input": "hi"}, "tools", tools)
+    refused_for_depth(await post_raw(client, "/v1/responses", raw, stack.team_auth))
+
+
+CHAT_BODY = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+ONE_PAST = nested_list(MAX_NESTING)  # as a top-level field: the bound plus one
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", CHAT_BODY),
+        ("/v1/completions", {"model": "gpt-4o-mini", "prompt": "hi"}),
+        ("/v1/embeddings", {"model": "text-embedding-3-small", "input": "hi"}),
+        ("/v1/responses", {"model": "gpt-4o-mini", "input": "hi"}),
+        ("/v1/messages", {**CHAT_BODY, "max_tokens": 5}),
+        ("/v1/messages/count_tokens", CHAT_BODY),
+        ("/v1/batches", {"input_file_id": "file-x", "endpoint": "/v1/chat/completions"}),
+        ("/admin/teams", {"name": "t"}),
+        ("/admin/keys", {"team_id": "t", "name": "k"}),
+    ],
+)
+async def test_one_level_past_the_bound_is_400_naming_it(
+    gateway: tuple[FuzzStack, Client], path: str, body: dict[str, Any]
+) -> None:
+    stack, client = gateway
+    raw = with_field(body, "x", ONE_PAST)
+    refused_for_depth(await post_raw(client, path, raw, stack.auth_for(path)))
+
+
+async def test_a_body_at_the_bound_is_served(gateway: tuple[FuzzStack, Client]) -> None:
+    stack, client = gateway
+    raw = with_field(CHAT_BODY, "x", nested_list(MAX_NESTING - 1))
+    response = await post_raw(client, "/v1/chat/completions", raw, stack.team_auth)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("path", ["/v1/batches", "/admin/teams"])
+async def test_an_ignored_field_thousands_deep_is_400(gateway: tuple[FuzzStack, Client], path: str) -> None:
+    """msgspec's recursion guard fired while skipping the unknown field: a 500 on /v1/batches."""
+    stack, client = gateway
+    raw = b'{"x":' + nested_list(5000) + b',"input_file_id":"file-x","name":"t"}'
+    refused_for_depth(await post_raw(client, path, raw, stack.auth_for(path)))
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[RunningUpstream]:
+    with start_mock_upstream() as running:
+        yield running
+
+
+OPENAI_UPSTREAM = """
+providers:
+  - name: openai-upstream
+    kind: openai
+    region: us-east
+    base_url: {base_url}/v1
+models:
+  - name: gpt-4o-mini
+    deployments:
+      - provider: openai-upstream
+        model: upstream-chat
+        price: {{input: 1, output: 1}}
+"""
+
+
+def test_a_streamed_response_format_schema_970_deep_is_400_before_an_openai_upstream(
+    tmp_path: Path, upstream: RunningUpstream
+) -> None:
+    """`gateway serve` parsed it, then the openai adapter's encoder recursed past the limit: a 500."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(OPENAI_UPSTREAM.format(base_url=upstream.base_url))
+    schema = b'{"type":"array","items":' * 970 + b'{"type":"string"}' + b"}" * 970
+    response_format = b'{"type":"json_schema","json_schema":{"name":"deep","schema":' + schema + b"}}"
+    raw = with_field({**CHAT_BODY, "stream": True}, "response_format", response_format)
+    with served_gateway(tmp_path, config) as served:
+        upstream.clear()
+        headers = {**served.team_auth, "content-type": "application/json"}
+        response = httpx.post(
+            f"{served.base_url}/v1/chat/completions", content=raw, headers=headers, timeout=30
+        )
+        refused_for_depth(response)
+        assert upstream.stats()["total"] == 0  # refused before anything was sent
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def test_the_mock_upstream_answers_a_body_5000_deep_with_400(upstream: RunningUpstream, path: str) -> None:
+    """Its parser hit msgspec's recursion guard: a 500 (or a dropped connection) from the mock."""
+    raw = with_field({"model": "m", "max_tokens": 5, "input": "hi", "messages": []}, "x", nested_list(5000))
+    response = httpx.post(
+        upstream.base_url + path, content=raw, headers={"content-type": "application/json"}, timeout=10
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert str(MAX_NESTING) in error["message"]
+    assert upstream.requests()[-1]["path"] == path  # recorded, without its body
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import msgspec
 from gateway.api.query_params import page_size, text_param
 from gateway.errors import InvalidRequest
 from gateway.schemas.admin import PRINTABLE
+from gateway.schemas.nesting import TOO_DEEP, json_too_deep
 
 S = TypeVar("S")
 
@@ -21,7 +22,10 @@ _NAMED_FIELD = re.compile(r"(?:unknown|required) field `([^`]+)`|^`([^`]+)`")
 
 
 def decode_body(body: bytes, schema: type[S]) -> S:
-    """Strictly decode a JSON body: a wrong type, an unknown field or a bad value is a 400."""
+    """Strictly decode a JSON body: a wrong type, an unknown field, a bad value or nesting past the
+    bound (gateway.schemas.nesting) is a 400."""
+    if json_too_deep(body):
+        raise InvalidRequest(TOO_DEEP)
     try:
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as exc:
