@@ -19,7 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
-from gateway.db.session import create_engine, open_read_engine, session_factory
+from gateway.db.session import (
+    ReplicaSessions,
+    SessionSource,
+    create_engine,
+    open_read_engine,
+    session_factory,
+)
 from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
@@ -77,9 +83,9 @@ class Services:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     job_runner: JobRunner | None = None  # this process's share of the Batch API's jobs
     # what usage reports, usage endpoints and console pages read through: a read replica's
-    # (GATEWAY_DATABASE_READ_URL) or, without one, the primary's
+    # (GATEWAY_DATABASE_READ_URL, the primary's while it is unreachable) or, without one, the primary's
     read_engine: AsyncEngine | None = None
-    report_sessions: async_sessionmaker[AsyncSession] | None = None
+    report_sessions: SessionSource | None = None
 
     def start_background(self) -> None:
         self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
@@ -235,7 +241,7 @@ def open_services(settings: Settings) -> Services:
         engine=engine,
         sessions=sessions,
         read_engine=read_engine,
-        report_sessions=sessions if read_engine is engine else session_factory(read_engine),
+        report_sessions=sessions if read_engine is engine else ReplicaSessions(read_engine, sessions),
         redis=redis,
         key_cache=key_cache,
         buffer=buffer,

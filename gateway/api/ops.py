@@ -10,6 +10,7 @@ import msgspec
 from litestar import MediaType, Request, Response, get, head
 from sqlalchemy import text
 
+from gateway.db.session import ReplicaSessions
 from gateway.metering.writer import dead_letter_count
 from gateway.routing.batch_pin import PinStoreUnavailable
 from gateway.services import Services, services_of
@@ -74,24 +75,33 @@ async def _dead_letters(services: Services) -> int | None:
         return None
 
 
+async def _replica_ok(services: Services) -> bool:
+    """False while usage reports read the primary because the read replica is unreachable."""
+    replica = getattr(services, "report_sessions", None)
+    if not isinstance(replica, ReplicaSessions):
+        return True  # none configured: reports read the primary as they should
+    return await replica.reachable()  # tried only once its cool-down is over
+
+
 @get("/readyz")
 async def readyz(request: Request) -> Response[bytes]:
     """200 while the gateway can serve, in a degraded mode or not (`degraded` names each); 503 only
     when it can serve no request at all."""
     services = services_of(request)
-    database, redis, backlog, oldest, dead_letters = await asyncio.gather(
+    database, redis, backlog, oldest, dead_letters, replica = await asyncio.gather(
         _database_ok(services),
         _redis_ok(services),
         _backlog(services),
         _oldest_unwritten_s(services),
         _dead_letters(services),
+        _replica_ok(services),
     )
     unable = unable_to_serve(services, database)
     report: dict[str, object] = {
         "status": "ready" if unable is None else "unavailable",
         "database": database,
         "redis": redis,
-        "degraded": degraded_modes(services, database, redis),
+        "degraded": degraded_modes(services, database, redis) + ([] if replica else ["read_replica"]),
         "metering_backlog": backlog,
         "metering_oldest_unwritten_s": oldest,  # null: nothing waits (or the buffer is unreachable)
         "metering_dead_letters": dead_letters,
