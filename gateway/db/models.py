@@ -265,3 +265,11 @@ class BatchLine(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     fencing_token: Mapped[int | None] = mapped_column(BigInteger, default=None)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    # The line's runs (migration 0009): each send is written down before it goes out, so that a
+    # process that dies with it in flight leaves a record to make, not a gap. `runs` names the next
+    # run's request id; `failures` counts the sends that broke (gateway.jobs.runner.MAX_LINE_FAILURES).
+    runs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    attempt_request_id: Mapped[str | None] = mapped_column(String(64), default=None)  # the run in flight
+    attempt_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    attempt_deployment: Mapped[str | None] = mapped_column(String(400), default=None)  # where it went

@@ -3,12 +3,14 @@
 Every write after a claim is guarded by the claim's fencing token, so a process that lost its
 lease can never write again; a line's outcome, its usage record and the job's counts are one
 transaction, so a line is metered exactly once and the counts never run ahead of the outcomes.
-Each function that writes commits its own transaction.
+Each run of a line is written down before it is sent (`begin_attempt`) and cleared with whatever
+ends it: its outcome, its record without one (`close_attempt`), or, once its process is known dead,
+an estimated record (`record_orphans`). Each function that writes commits its own transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -32,6 +34,10 @@ SUCCEEDED, FAILED, PENDING = "succeeded", "failed", "pending"
 _RECORDS: Table = UsageRecord.__table__  # type: ignore[assignment]
 
 
+class LeaseLost(Exception):
+    """Another process holds the job now: this one must stop without writing anything more."""
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A job as this process holds it: writes carry `fencing_token`."""
@@ -47,6 +53,25 @@ class PendingLine:
     line_no: int
     body: str  # the request body, JSON text
     prefix_key: str  # shared by the lines whose prompts start the same
+    runs: int = 0  # the runs started so far: the next one's request id is `line_request_id(..., runs + 1)`
+
+
+def line_request_id(job_id: str, line_no: int, run: int) -> str:
+    """The request id of a line's `run`-th run (from 1), the id of its usage record: `{job}-{line}`
+    for the first, `{job}-{line}-{run}` for a re-run (its process died, or the deployment failed
+    it), which has a record of its own."""
+    return f"{job_id}-{line_no}" if run <= 1 else f"{job_id}-{line_no}-{run}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A run of a line as written before it was sent, found with no outcome."""
+
+    line_no: int
+    request_id: str
+    started_at: datetime
+    deployment: str | None  # the deployment id it went to
+    body: str  # the line's request, for the estimate of its prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +94,40 @@ def _held_by(claim: Claim) -> Any:
     return (BatchJob.id == claim.job_id) & (BatchJob.fencing_token == claim.fencing_token)
 
 
-async def job_principal(session: AsyncSession, key_id: str) -> Principal:
-    """Who runs the job's lines: the key that created it, with its team's limits and weight."""
+# Why a job stopped before its lines ran: its key may no longer send anything.
+KEY_REVOKED, KEY_EXPIRED, TEAM_DELETED, KEY_GONE = (
+    "api_key_revoked",
+    "api_key_expired",
+    "team_deleted",
+    "api_key_not_found",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """The key a job runs as, as it stands now: its principal (limits, budgets, weight, read
+    afresh), or why its lines may no longer be sent."""
+
+    principal: Principal | None
+    stopped: str | None = None  # KEY_REVOKED, KEY_EXPIRED, TEAM_DELETED or KEY_GONE
+
+
+async def key_standing(session: AsyncSession, key_id: str, now: float) -> Standing:
+    """Who runs the job's lines (the key that created it, with its team's limits and weight), and
+    whether it still may: what authentication would say of the key now. `now`: unix seconds."""
     query = select(ApiKey, Team).join(Team, Team.id == ApiKey.team_id).where(ApiKey.id == key_id)
     row = (await session.execute(query)).first()
     if row is None:
-        raise LookupError(f"the key {key_id} of a batch job is gone")
-    return principal_of(row[0], row[1])
+        return Standing(None, KEY_GONE)
+    key, team = row
+    principal = principal_of(key, team)
+    if team.deleted_at is not None:
+        return Standing(principal, TEAM_DELETED)
+    if key.revoked_at is not None:
+        return Standing(principal, KEY_REVOKED)
+    if principal.expired(now):
+        return Standing(principal, KEY_EXPIRED)
+    return Standing(principal)
 
 
 async def claim_job(
@@ -186,11 +238,128 @@ async def pending_lines(session: AsyncSession, job_id: str) -> list[PendingLine]
     """The lines with no outcome, those sharing a prompt prefix together (the server's prefix
     cache then hits), in input order within a prefix."""
     query = (
-        select(BatchLine.line_no, BatchLine.body, BatchLine.prefix_key)
+        select(BatchLine.line_no, BatchLine.body, BatchLine.prefix_key, BatchLine.runs)
         .where(BatchLine.job_id == job_id, BatchLine.state == PENDING)
         .order_by(BatchLine.prefix_key, BatchLine.line_no)
     )
-    return [PendingLine(row.line_no, row.body, row.prefix_key) for row in await session.execute(query)]
+    return [
+        PendingLine(row.line_no, row.body, row.prefix_key, row.runs) for row in await session.execute(query)
+    ]
+
+
+_NO_ATTEMPT = {"attempt_request_id": None, "attempt_started_at": None, "attempt_deployment": None}
+
+
+def _line(claim: Claim, line_no: int) -> Any:
+    """A pending line of the job, while the claim holds the job."""
+    held = select(BatchJob.id).where(_held_by(claim)).exists()
+    return (
+        (BatchLine.job_id == claim.job_id)
+        & (BatchLine.line_no == line_no)
+        & (BatchLine.state == PENDING)
+        & held
+    )
+
+
+async def begin_attempt(
+    session: AsyncSession, claim: Claim, line: PendingLine, request_id: str, deployment: str, now: datetime
+) -> bool:
+    """Write a line's run down before it is sent; False (nothing written) when the claim no longer
+    holds the job, the line has an outcome, or another run began since `line` was read."""
+    statement = (
+        update(BatchLine)
+        .where(_line(claim, line.line_no), BatchLine.runs == line.runs)
+        .values(
+            runs=BatchLine.runs + 1,
+            attempt_request_id=request_id,
+            attempt_started_at=now,
+            attempt_deployment=deployment,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    begun = _rows(await session.execute(statement)) == 1
+    await session.commit()
+    return begun
+
+
+async def close_attempt(
+    session: AsyncSession, claim: Claim, line_no: int, event: UsageEvent | None, *, broke: bool = False
+) -> int | None:
+    """End a run that stored no outcome (the deployment failed it, or the send broke): its usage
+    record when it reached an upstream, the line left pending; `broke` counts it among the line's
+    failures. The line's failures now, or None (nothing written) when the claim no longer holds
+    the job."""
+    statement = (
+        update(BatchLine)
+        .where(_line(claim, line_no))
+        .values(_NO_ATTEMPT | {"failures": BatchLine.failures + (1 if broke else 0)})
+        .returning(BatchLine.failures)
+        .execution_options(synchronize_session=False)
+    )
+    failures = (await session.execute(statement)).scalar()
+    if failures is None:
+        await session.rollback()
+        return None
+    if event is not None:
+        await _insert_records(session, [event])
+        await session.execute(_tokens_counted(claim, [event]))
+    await session.commit()
+    return int(failures)
+
+
+async def orphaned_attempts(session: AsyncSession, job_id: str) -> list[Attempt]:
+    """The runs written down on pending lines: once no run of this holder is in flight, each was
+    sent by a process that died (or lost the job) before it stored anything."""
+    query = (
+        select(
+            BatchLine.line_no,
+            BatchLine.attempt_request_id,
+            BatchLine.attempt_started_at,
+            BatchLine.attempt_deployment,
+            BatchLine.body,
+        )
+        .where(
+            BatchLine.job_id == job_id,
+            BatchLine.state == PENDING,
+            BatchLine.attempt_request_id.is_not(None),
+        )
+        .order_by(BatchLine.line_no)
+    )
+    return [
+        Attempt(row.line_no, row.attempt_request_id, row.attempt_started_at, row.attempt_deployment, row.body)
+        for row in await session.execute(query)
+    ]
+
+
+async def record_orphans(
+    session: AsyncSession, claim: Claim, orphans: Sequence[tuple[Attempt, UsageEvent]]
+) -> bool:
+    """Each orphaned run's (estimated) record and its attempt cleared, in one transaction: a run is
+    recorded once however often this is retried (the record's key is the run's request id, and
+    the attempt is cleared only while it names that run). False when the claim no longer holds
+    the job (nothing written)."""
+    held = select(BatchJob.id).where(_held_by(claim)).exists()
+    cleared = []
+    for attempt, event in orphans:
+        statement = (
+            update(BatchLine)
+            .where(
+                BatchLine.job_id == claim.job_id,
+                BatchLine.line_no == attempt.line_no,
+                BatchLine.attempt_request_id == attempt.request_id,
+                held,
+            )
+            .values(_NO_ATTEMPT)
+            .execution_options(synchronize_session=False)
+        )
+        if _rows(await session.execute(statement)) == 1:
+            cleared.append(event)
+    if _rows(await session.execute(_tokens_counted(claim, cleared))) != 1:
+        await session.rollback()
+        return False
+    await _insert_records(session, cleared)
+    await session.commit()
+    return True
 
 
 async def record_outcome(
@@ -228,7 +397,7 @@ async def record_outcomes(
             "attempts": outcome.attempts,
             "fencing_token": claim.fencing_token,
             "finished_at": now,
-        }
+        } | _NO_ATTEMPT
         if (
             _rows(await session.execute(stored.values(values).execution_options(synchronize_session=False)))
             != 1
@@ -239,12 +408,29 @@ async def record_outcomes(
     if _rows(await session.execute(_counted(claim, finished))) != 1:
         await session.rollback()
         return False
-    rows = [record_row(event) for _, event in finished if event is not None]
-    if rows:
-        dialect = session.get_bind().dialect.name
-        await session.execute(_insert_ignoring_duplicates(dialect), rows)
+    await _insert_records(session, [event for _, event in finished if event is not None])
     await session.commit()
     return True
+
+
+async def _insert_records(session: AsyncSession, events: Sequence[UsageEvent]) -> None:
+    if events:
+        dialect = session.get_bind().dialect.name
+        await session.execute(_insert_ignoring_duplicates(dialect), [record_row(e) for e in events])
+
+
+def _tokens_counted(claim: Claim, events: Sequence[UsageEvent]) -> Any:
+    """The job's usage counts every record of its lines, those of runs that stored no outcome too."""
+    return (
+        update(BatchJob)
+        .where(_held_by(claim))
+        .values(
+            prompt_tokens=BatchJob.prompt_tokens + sum(e.prompt_tokens for e in events),
+            completion_tokens=BatchJob.completion_tokens + sum(e.completion_tokens for e in events),
+            cached_tokens=BatchJob.cached_tokens + sum(e.cached_tokens for e in events),
+        )
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _counted(claim: Claim, finished: Sequence[tuple[LineOutcome, UsageEvent | None]]) -> Any:
@@ -304,15 +490,22 @@ async def finish_job(
     now: datetime,
     *,
     store: FileStore | None = None,
+    errors: Sequence[Mapping[str, object]] | None = None,
 ) -> bool:
     """Store the job's files (their bytes in `store`, when files are kept there) and give it its
-    final status, in one transaction; False (nothing stored) when the claim no longer holds the job.
-    A store that fails raises, and the job keeps the status it had."""
+    final status (with `errors`, the Batch object's, for a job that failed while it ran), in one
+    transaction; False (nothing stored) when the claim no longer holds the job. A store that fails
+    raises, and the job keeps the status it had."""
+    values: dict[str, object] = {
+        "status": status,
+        f"{status}_at": now,
+        "paused_reason": None,
+        "lease_expires_at": None,
+    }
+    if errors is not None:
+        values["errors"] = [dict(error) for error in errors]
     final = (
-        update(BatchJob)
-        .where(_held_by(claim))
-        .values({"status": status, f"{status}_at": now, "paused_reason": None, "lease_expires_at": None})
-        .execution_options(synchronize_session=False)
+        update(BatchJob).where(_held_by(claim)).values(values).execution_options(synchronize_session=False)
     )
     # This statement locks the job's row: no claim can take it before the commit.
     if _rows(await session.execute(final)) != 1:
@@ -321,13 +514,13 @@ async def finish_job(
     job_id, team_id = claim.job_id, claim.team_id
     output_name, errors_name = f"{job_id}_output.jsonl", f"{job_id}_error.jsonl"
     output = await store_file(session, team_id, BATCH_OUTPUT, output_name, files.output, store=store)
-    errors = None
+    error_file = None
     if files.errors:
-        errors = await store_file(session, team_id, BATCH_ERRORS, errors_name, files.errors, store=store)
+        error_file = await store_file(session, team_id, BATCH_ERRORS, errors_name, files.errors, store=store)
     named = (
         update(BatchJob)
         .where(_held_by(claim))
-        .values(output_file_id=output.id, error_file_id=None if errors is None else errors.id)
+        .values(output_file_id=output.id, error_file_id=None if error_file is None else error_file.id)
         .execution_options(synchronize_session=False)
     )
     await session.execute(named)

@@ -4,6 +4,8 @@ written share the next one (`ledger.record_outcomes`).
 Every outcome moves the job's own row (its counts), so transactions that write outcomes queue on
 that row's lock; one each would cap a job at the rate commits happen one after another. Each line
 still waits for the transaction that holds its outcome: nothing counts as done before it is stored.
+A group the database refuses is written again one outcome at a time, so that one outcome it cannot
+store fails its own line only.
 """
 
 from __future__ import annotations
@@ -42,18 +44,33 @@ class OutcomeGroups:
         try:
             while self._waiting:
                 group, self._waiting = self._waiting, []
+                if len(group) == 1:
+                    await self._write_alone(*group[0])
+                    continue
                 try:
-                    async with self._sessions() as session:
-                        held = await ledger.record_outcomes(
-                            session, self._claim, [f for f, _ in group], self._clock()
-                        )
-                except Exception as exc:
-                    for _, stored in group:
-                        if not stored.done():
-                            stored.set_exception(exc)
+                    held = await self._record([finished for finished, _ in group])
+                except Exception:
+                    # One outcome the database refuses must not take its group with it: each alone
+                    # then, so that only its own line sees the error (the runner counts it).
+                    for finished, stored in group:
+                        await self._write_alone(finished, stored)
                     continue
                 for _, stored in group:
                     if not stored.done():
                         stored.set_result(held)
         finally:
             self._writer = None
+
+    async def _write_alone(self, finished: Finished, stored: asyncio.Future[bool]) -> None:
+        try:
+            held = await self._record([finished])
+        except Exception as exc:
+            if not stored.done():
+                stored.set_exception(exc)
+            return
+        if not stored.done():
+            stored.set_result(held)
+
+    async def _record(self, group: list[Finished]) -> bool:
+        async with self._sessions() as session:
+            return await ledger.record_outcomes(session, self._claim, group, self._clock())

@@ -18,6 +18,11 @@ BATCH_EXPIRED = "batch_expired"
 _NEVER_RUN_MESSAGES = {
     BATCH_CANCELLED: "The batch was cancelled before this request ran.",
     BATCH_EXPIRED: "The batch expired before this request ran.",
+    # the job stopped because the key that created it may no longer send anything (ledger.Standing)
+    "api_key_revoked": "The API key that created the batch was revoked before this request ran.",
+    "api_key_expired": "The API key that created the batch expired before this request ran.",
+    "team_deleted": "The team of the batch was deleted before this request ran.",
+    "api_key_not_found": "The API key that created the batch no longer exists; this request never ran.",
 }
 _ENCODER = msgspec.json.Encoder()
 
@@ -65,8 +70,9 @@ def _never_run(job_id: str, line: LineRecord, code: str) -> dict[str, Any]:
 
 
 def build_job_files(job_id: str, lines: list[LineRecord], never_run_code: str | None) -> JobFiles:
-    """The two files of a job from all its lines; `never_run_code` (batch_cancelled or
-    batch_expired) names why lines still pending never ran, None when none may be pending."""
+    """The two files of a job from all its lines; `never_run_code` (batch_cancelled, batch_expired,
+    or why the job's key stopped it) names why lines still pending never ran, None when none may be
+    pending."""
     output: list[bytes] = []
     errors: list[bytes] = []
     for line in sorted(lines, key=lambda line: line.line_no):

@@ -18,7 +18,7 @@ from gateway.db.models import BatchLine
 from gateway.db.teams import utcnow
 from gateway.jobs import ledger
 from gateway.jobs.ledger import LineOutcome, PendingLine
-from gateway.jobs.line_sender import LineRun
+from gateway.jobs.line_sender import BeginRun, LineRun
 from gateway.jobs.runner import JobRun, JobRunner
 from gateway.routing.directives import Directives
 from gateway.services import Services
@@ -48,7 +48,7 @@ class RecordingSender:
         self.most_in_flight = 0
 
     async def send(
-        self, job_id: str, line: PendingLine, principal: Principal, directives: Directives
+        self, job_id: str, line: PendingLine, principal: Principal, directives: Directives, begin: BeginRun
     ) -> LineRun:
         self.started.append(line.line_no)
         self.in_flight += 1
@@ -61,6 +61,12 @@ class RecordingSender:
         return LineRun(
             LineOutcome(line.line_no, ledger.SUCCEEDED, 200, '{"object": "chat.completion"}', request_id, 1)
         )
+
+    async def settle(self, principal: Principal, run: LineRun) -> None:
+        return None
+
+    async def release(self, principal: Principal, run: LineRun) -> None:
+        return None
 
 
 async def test_pending_lines_start_grouped_by_prefix_in_input_order_within_the_window(
