@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 PROMPT = "Classify the sentiment of this customer review, word by word. " * 6_400  # ~400 KB
 REAL_TOKENS = len(PROMPT.encode()) // 4  # ~100k: the mock's own count, 4 bytes a token
+MESSAGE: Any = [{"role": "user", "content": PROMPT}]
 INPUT_PRICE = {"gpt": Decimal("1.25"), "llama": Decimal("0.60"), "claude": Decimal(3)}  # USD / 1M
 SLOW = {"chunks": 200, "chunk_delay_ms": 20, "completion_tokens": 400}  # ~4 s: left long before the end
 
@@ -79,7 +80,7 @@ def abandon_responses(stack: ResponsesStack, key: str, alias: str) -> str:
 
 def abandon_messages(stack: ResponsesStack, key: str, alias: str) -> str:
     stream = anthropic_client(stack, key).messages.create(
-        model=alias, max_tokens=1024, messages=[{"role": "user", "content": PROMPT}], stream=True
+        model=alias, max_tokens=1024, messages=MESSAGE, stream=True
     )
     try:
         for event in stream:
@@ -117,11 +118,9 @@ def test_an_abandoned_stream_is_billed_its_whole_prompt(
 
 # --- 2. answers without usage -------------------------------------------------------------------
 
-MESSAGE = [{"role": "user", "content": PROMPT}]
-
 
 def chat(stack: ResponsesStack, key: str, alias: str) -> str:
-    raw = stack.client(key).chat.completions.with_raw_response.create(model=alias, messages=MESSAGE)  # type: ignore[arg-type]
+    raw = stack.client(key).chat.completions.with_raw_response.create(model=alias, messages=MESSAGE)
     assert raw.parse().choices[0].message.content
     return raw.headers["x-request-id"]
 
@@ -146,9 +145,7 @@ def responses(stack: ResponsesStack, key: str, alias: str) -> str:
 
 def messages(stack: ResponsesStack, key: str, alias: str) -> str:
     raw = anthropic_client(stack, key).messages.with_raw_response.create(
-        model=alias,
-        max_tokens=64,
-        messages=MESSAGE,  # type: ignore[arg-type]
+        model=alias, max_tokens=64, messages=MESSAGE
     )
     assert raw.parse().content
     return raw.headers["x-request-id"]
