@@ -254,6 +254,16 @@ def test_an_incomplete_or_failed_response_is_metered_from_its_last_event(last: s
     assert frames[-1].startswith(f"event: {last}\n".encode())
 
 
+def test_the_response_id_is_kept_for_its_owner_from_the_first_event_that_carries_it() -> None:
+    answer = native().parse_response(
+        responses_call({"model": "gpt", "input": "x"}), json.dumps(RESPONSE).encode()
+    )
+    assert answer.response_id == RESPONSE["id"]
+    translator = native().stream_translator(responses_call({"model": "gpt", "input": "x", "stream": True}))
+    translator.feed(json.dumps(STREAM[0]).encode())  # a stream abandoned after response.created
+    assert translator.response_id == RESPONSE["id"]
+
+
 def test_a_done_line_is_dropped() -> None:
     _, frames = stream_frames([*STREAM, b"[DONE]"])
     assert len(frames) == len(STREAM)
