@@ -292,12 +292,12 @@ def test_store_and_previous_response_id_reach_an_upstream_that_keeps_state(
     stack: ResponsesStack, upstream: RunningUpstream
 ) -> None:
     team = stack.new_team("stateful")
-    response = stack.client(team.key, default_headers=PINNED).responses.create(
-        model="gpt", input="More.", previous_response_id="resp_123", store=True
-    )
-    assert response.previous_response_id == "resp_123"
+    client = stack.client(team.key, default_headers=PINNED)
+    first = client.responses.create(model="gpt", input="Hello.", store=True)
+    response = client.responses.create(model="gpt", input="More.", previous_response_id=first.id, store=True)
+    assert response.previous_response_id == first.id  # the team's own (tests/e2e/test_response_ownership.py)
     sent = upstream.requests()[-1]["body"]
-    assert (sent["previous_response_id"], sent["store"]) == ("resp_123", True)
+    assert (sent["previous_response_id"], sent["store"]) == (first.id, True)
 
 
 def test_an_upstream_failure_is_an_openai_error(stack: ResponsesStack, upstream: RunningUpstream) -> None:
