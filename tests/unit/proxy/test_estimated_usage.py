@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
@@ -87,11 +88,14 @@ class Proxy:
 async def proxies() -> AsyncIterator[Callable[..., Proxy]]:
     made: list[Proxy] = []
 
-    def make(served_as: tuple[str, str], **behaviour: Any) -> Proxy:
+    def make(
+        served_as: tuple[str, str], transport: httpx.AsyncBaseTransport | None = None, **behaviour: Any
+    ) -> Proxy:
+        """A proxy in front of `transport`, else of the fake provider with this behaviour."""
         served = catalog(*served_as)
         table = DeploymentTable.from_catalog(served)
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
-        transport = InProcessMockTransport(MockBehaviour(**behaviour))
+        transport = transport or InProcessMockTransport(MockBehaviour(**behaviour))
         executor = Executor(served, health, HttpxUpstream(transport))
         sink = Sink()
         service = ProxyService(table, MemoryPinStore(60), health, executor, sink, served.retry)
@@ -195,3 +199,39 @@ async def test_a_stream_without_usage_is_billed_from_the_estimate(
     assert (event.status, event.usage_source) == (200, UsageSource.ESTIMATED)
     assert event.prompt_tokens == PROMPT_TOKENS
     assert event.completion_tokens > 0 and event.cost > 0
+
+
+def answering(document: dict[str, Any]) -> httpx.MockTransport:
+    return httpx.MockTransport(lambda request: httpx.Response(200, json=document))
+
+
+UNTRUE = [
+    (
+        Endpoint.RESPONSES,
+        OPENAI_NATIVE,
+        {"id": "resp_1", "object": "response", "status": "completed", "model": "up-m",
+         "output": [{"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+                     "content": [{"type": "output_text", "text": "Fine.", "annotations": []}]}],
+         "usage": {"input_tokens": -5, "output_tokens": 2, "total_tokens": -3}},
+    ),
+    (
+        Endpoint.MESSAGES,
+        ANTHROPIC,
+        {"id": "msg_1", "type": "message", "role": "assistant", "model": "up-m", "stop_reason": "end_turn",
+         "content": [{"type": "text", "text": "Fine."}], "usage": {"input_tokens": 2**40, "output_tokens": 2}},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("endpoint", "served_as", "answer"), UNTRUE)
+async def test_counts_that_cannot_be_true_are_replaced_by_the_whole_prompts_estimate(
+    proxies: Callable[..., Proxy], endpoint: Endpoint, served_as: tuple[str, str], answer: dict[str, Any]
+) -> None:
+    proxy = proxies(served_as, transport=answering(answer))
+
+    await proxy.service.complete(proxy.context(endpoint))
+
+    event = proxy.event
+    assert (event.usage_source, event.prompt_tokens) == (UsageSource.ESTIMATED, PROMPT_TOKENS)
+    assert event.completion_tokens == estimated_tokens(len("Fine."))
+    assert event.cost > 0
