@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from litestar.types import Receive, Send
 
 SSE = (b"content-type", b"text/event-stream; charset=utf-8")
+TIMER_SLACK_S = 0.001  # uvloop's timers count whole milliseconds: one may fire that much early
 
 
 class FrameSource(Protocol):
@@ -37,8 +38,41 @@ class FrameSource(Protocol):
     async def close(self) -> None: ...
 
 
-class ClientStalled(Exception):
-    """A send the client did not take within the write deadline."""
+class WriteDeadline:
+    """Cancels the relaying task once one send has waited `timeout_s` for the client.
+
+    One timer per stream, re-armed only when it fires; a send only notes when it began. (An
+    `asyncio.timeout` around each send would arm and cancel a timer per frame, which costs many
+    times what the send itself does.) The task can be waiting with a send noted only inside that
+    send, so that is where the cancellation lands."""
+
+    def __init__(self, send: Send, timeout_s: float) -> None:
+        relaying = asyncio.current_task()
+        assert relaying is not None
+        self.timeout_s = timeout_s
+        self.expired = False  # it cancelled the relay
+        self._send, self._relaying = send, relaying
+        self._loop = asyncio.get_running_loop()
+        self._sending_since: float | None = None
+        self._timer = self._loop.call_later(timeout_s, self._check)
+
+    async def send(self, message: Any) -> None:
+        self._sending_since = self._loop.time()
+        try:
+            await self._send(message)
+        finally:
+            self._sending_since = None
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+    def _check(self) -> None:
+        since, now = self._sending_since, self._loop.time()
+        if since is not None and now - since >= self.timeout_s - TIMER_SLACK_S:
+            self.expired = True
+            self._relaying.cancel()
+            return
+        self._timer = self._loop.call_at((now if since is None else since) + self.timeout_s, self._check)
 
 
 async def relay_sse(
@@ -54,56 +88,71 @@ async def relay_sse(
     `http.disconnect` and cancels the relay if the client goes before the stream ends; the frames
     are then closed, and `source.close()` closes the upstream and meters what was sent, once the
     watcher can no longer cancel anything. A send that waits `write_timeout_s` for the client ends
-    the relay the same way, and drops the connection. A whole stream is closed (and metered)
-    before the end of the body goes out. One watcher task per stream, where Litestar's streaming
-    response runs an anyio task group per response (docs/performance.md).
+    the relay the same way (`WriteDeadline`), and drops the connection. A whole stream is closed
+    (and metered) before the end of the body goes out. One watcher task per stream, where
+    Litestar's streaming response runs an anyio task group per response (docs/performance.md).
     """
+    deadline = WriteDeadline(send, write_timeout_s)
+    try:
+        if await _relay_frames(receive, headers, source, deadline):
+            await _end_body(receive, deadline)
+    finally:
+        deadline.stop()
+
+
+async def _relay_frames(
+    receive: Receive, headers: list[tuple[bytes, bytes]], source: FrameSource, deadline: WriteDeadline
+) -> bool:
+    """The head and every frame, then the source closed however that ended; whether the whole
+    stream went out."""
     relaying = asyncio.current_task()
     assert relaying is not None
     frames = source.frames()
     watcher: asyncio.Task[None] | None = None
-    whole = stalled = False
     try:
-        await _send_in_time(
-            send, {"type": "http.response.start", "status": 200, "headers": headers}, write_timeout_s
-        )
+        await deadline.send({"type": "http.response.start", "status": 200, "headers": headers})
         watcher = asyncio.create_task(_cancel_when_client_leaves(receive, relaying), name="sse-client-watch")
         async for frame in frames:
-            await _send_in_time(
-                send, {"type": "http.response.body", "body": frame, "more_body": True}, write_timeout_s
-            )
-        whole = True
-    except ClientStalled:
-        stalled = True
-        source.client_stalled(write_timeout_s)
+            await deadline.send({"type": "http.response.body", "body": frame, "more_body": True})
+        return True
     except asyncio.CancelledError:
-        if not _client_left(watcher):
-            raise  # cancelled from outside (the server stopping), not by the client leaving
-        relaying.uncancel()  # the client left: the relay is cleaned up and metered below; done
+        if not _cancelled_by_us(relaying, deadline, watcher):
+            raise  # cancelled from outside (the server stopping), not by the client leaving or stalling
+        if deadline.expired:
+            source.client_stalled(deadline.timeout_s)
+        return False
     finally:
         if watcher is not None:
             watcher.cancel()  # a disconnect from now on changes nothing
-        if stalled:
+        if deadline.expired:
             await _drop_connection(receive)
         try:
             await frames.aclose()
         finally:
             await source.close()  # however it ended (a failed send, the client leaving)
-    if whole:
-        try:
-            await _send_in_time(
-                send, {"type": "http.response.body", "body": b"", "more_body": False}, write_timeout_s
-            )
-        except ClientStalled:  # the stream is whole and metered; only its last bytes are not taken
-            await _drop_connection(receive)
 
 
-async def _send_in_time(send: Send, message: Any, timeout_s: float) -> None:
+async def _end_body(receive: Receive, deadline: WriteDeadline) -> None:
+    """The end of a whole stream's body (the stream is closed and metered already)."""
     try:
-        async with asyncio.timeout(timeout_s):
-            await send(message)
-    except TimeoutError:
-        raise ClientStalled from None
+        await deadline.send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        relaying = asyncio.current_task()
+        if relaying is None or not deadline.expired:
+            raise
+        relaying.uncancel()  # the client did not take the stream's last bytes: it loses them
+        await _drop_connection(receive)
+
+
+def _cancelled_by_us(
+    relaying: asyncio.Task[Any], deadline: WriteDeadline, watcher: asyncio.Task[None] | None
+) -> bool:
+    """Whether the relay's own watchers cancelled it (the client left, or stalled past the
+    deadline); if so the cancellations are taken back, for the relay ends normally."""
+    ours = int(deadline.expired) + int(_client_left(watcher))
+    for _ in range(ours):
+        relaying.uncancel()
+    return ours > 0
 
 
 async def _drop_connection(receive: Receive) -> None:
