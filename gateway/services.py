@@ -17,6 +17,7 @@ from litestar import Request
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.auth.attempts import KeyAttempts
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import (
@@ -82,6 +83,9 @@ class Services:
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     job_runner: JobRunner | None = None  # this process's share of the Batch API's jobs
+    # failed key attempts per client, for the admin API and the console's sign-in (in Redis when
+    # there is one)
+    key_attempts: KeyAttempts = field(default_factory=lambda: KeyAttempts(None))
     # what usage reports, usage endpoints and console pages read through: a read replica's
     # (GATEWAY_DATABASE_READ_URL, the primary's while it is unreachable) or, without one, the primary's
     read_engine: AsyncEngine | None = None
@@ -244,6 +248,7 @@ def open_services(settings: Settings) -> Services:
         report_sessions=sessions if read_engine is engine else ReplicaSessions(read_engine, sessions),
         redis=redis,
         key_cache=key_cache,
+        key_attempts=KeyAttempts(redis),
         buffer=buffer,
         writer=UsageWriter.configured(settings, _worker_writes(settings, buffer), sessions),
         pins=pins,

@@ -41,7 +41,7 @@ class DeploymentHealth(msgspec.Struct):
 @get("/admin/providers", operation_class=documented(response=json_schema(Page[DeploymentHealth])))
 async def list_providers(request: Request) -> Response[bytes]:
     services = services_of(request)
-    require_admin(request, services.settings.admin_key)
+    await require_admin(request)
     rows = await deployment_health(services)
     return Response(msgspec.json.encode({"data": rows, "next_cursor": None}), media_type="application/json")
 

@@ -149,7 +149,7 @@ async def _report(request: Request, query: UsageQuery, output: str | None) -> Re
 async def admin_usage(
     request: Request, params: NamedDependency[ReportParams], output: Format = None
 ) -> Response[Any]:
-    require_admin(request, services_of(request).settings.admin_key)
+    await require_admin(request)
     return await _report(request, params.query(), output)
 
 
@@ -183,7 +183,7 @@ async def admin_usage_events(
         str | None, documented_query("The `next_cursor` of the previous page; absent for the first page.")
     ] = None,
 ) -> Response[bytes]:
-    require_admin(request, services_of(request).settings.admin_key)
+    await require_admin(request)
     query = params.query()
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
     after = text_param(cursor, "cursor")

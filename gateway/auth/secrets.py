@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 
 KEY_SCHEME = "sk-gw-"
 PREFIX_LENGTH = 12
+_TEAM_KEY = re.compile(rf"{KEY_SCHEME}[A-Za-z0-9_-]{{43}}")  # what new_key_secret makes
 
 
 def new_key_secret() -> str:
     """A fresh team key: the scheme marker plus 256 bits from the OS CSPRNG."""
     return KEY_SCHEME + secrets.token_urlsafe(32)
+
+
+def looks_like_team_key(secret: str) -> bool:
+    """Whether `secret` has the shape of a key `new_key_secret` makes (not whether it is one)."""
+    return _TEAM_KEY.fullmatch(secret) is not None
 
 
 def hash_secret(secret: str) -> str:

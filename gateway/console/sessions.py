@@ -25,7 +25,7 @@ from litestar.di import NamedDependency, Provide
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import constant_time_equals
-from gateway.console.session_state import FailedSignIns, SignOuts
+from gateway.console.session_state import SignOuts
 from gateway.console.tokens import SessionClaims, TokenSigner, console_secret
 from gateway.errors import AuthenticationFailed
 from gateway.services import services_of
@@ -35,8 +35,6 @@ COOKIE = "gateway_console"  # over plain http
 COOKIE_PATH = "/ui"
 SECURE_COOKIE = "__Host-gateway_console"  # over https; the prefix requires Path=/
 SECURE_COOKIE_PATH = "/"
-FAILED_SIGN_INS_ALLOWED = 10  # per client address and window: enough for typos, too few for guessing
-FAILED_SIGN_IN_WINDOW_S = 300.0
 
 
 class SignInRequired(Exception):
@@ -80,9 +78,6 @@ class ConsoleSessions:
     signer: TokenSigner | None  # None: no admin key and no console secret, nobody can sign in
     ttl_s: float
     sign_outs: SignOuts = field(default_factory=SignOuts)
-    failed_sign_ins: FailedSignIns = field(
-        default_factory=lambda: FailedSignIns(FAILED_SIGN_INS_ALLOWED, FAILED_SIGN_IN_WINDOW_S)
-    )
     clock: Callable[[], float] = time.time
 
     @classmethod

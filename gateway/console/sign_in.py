@@ -1,13 +1,15 @@
 """Signing in and out of the console: `/ui/login` and `/ui/logout`.
 
 A sign-in takes the admin key or a team key and answers the same for every key it refuses (unknown,
-revoked, expired, malformed), so the page tells nobody whether a key exists. Failed sign-ins are
-counted per client address and refused past a limit; they are logged with the address, never with
-anything of the key.
+revoked, expired, malformed), so the page tells nobody whether a key exists. Each sign-in takes one
+of its client's failed attempts before its key is checked and gives it back if the key is good
+(gateway.auth.attempts, shared with the admin API); with none left, 429 and the key is not checked.
+Failures are logged with the address, never with anything of the key.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import structlog
@@ -16,6 +18,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
+from gateway.auth.attempts import TooManyAttempts
 from gateway.auth.secrets import constant_time_equals, hash_secret
 from gateway.console.forgery import check_form, check_origin
 from gateway.console.forms import form_fields
@@ -65,20 +68,25 @@ async def sign_in(request: Request, console: NamedDependency[ConsoleSessions]) -
     address = request.client.host if request.client else "unknown"
     if console.signer is None:
         return _login_page(target, error=DISABLED, status=503)
-    if await console.failed_sign_ins.blocked(services.redis, address):
+    key = form.get("key", "")
+    try:
+        token = await services.key_attempts.check(address, key, lambda: _session_token(request, console, key))
+    except TooManyAttempts as exc:
         log.warning("console_sign_in_throttled", client=address)
-        minutes = int(console.failed_sign_ins.window_s // 60)
-        return _login_page(
-            target, error=f"Too many failed sign-ins: try again in {minutes} minutes.", status=429
-        )
-    token = await _session_token(request, console, form.get("key", ""))
+        page_ = _login_page(target, error=_throttled(exc.retry_after_s), status=429)
+        page_.headers["retry-after"] = str(exc.retry_after_s)
+        return page_
     if token is None:
-        await console.failed_sign_ins.record(services.redis, address)
         log.warning("console_sign_in_failed", client=address)
         return _login_page(target, error=REFUSED, status=401)
     response: Response[Any] = Redirect(target, status_code=303)
     console.start(response, request, token)
     return response
+
+
+def _throttled(retry_after_s: int) -> str:
+    minutes = math.ceil(retry_after_s / 60)
+    return f"Too many failed sign-ins: try again in {minutes} minute{'s' if minutes != 1 else ''}."
 
 
 async def _session_token(request: Request, console: ConsoleSessions, key: str) -> str | None:

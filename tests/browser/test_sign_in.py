@@ -12,6 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
+from gateway.auth.secrets import new_key_secret
 from tests.browser.conftest import Shoot, SignIn
 from tests.browser.stack import ADMIN_KEY, ConsoleStack
 from tests.support.gateway import GatewayProcess
@@ -111,15 +112,24 @@ def test_a_session_started_on_one_process_is_good_on_another(
 
 
 def test_failed_sign_ins_are_throttled_and_logged_without_the_key(lone_gateway: GatewayProcess) -> None:
-    """On a process of its own without Redis, so that its count holds this address back nowhere else."""
-    wrong = [f"sk-gw-wrong-{n}-{uuid.uuid4().hex}" for n in range(10)]
+    """On a process of its own without Redis, so that its count holds this address back nowhere else.
+    Failed team keys spend the team keys' budget, never the admin key's: the admin still signs in;
+    guesses at the admin key spend its own."""
+    wrong = [new_key_secret() for _ in range(10)]
+    guesses = [f"wrong-admin-{n}-{uuid.uuid4().hex}" for n in range(10)]
     with httpx.Client(base_url=lone_gateway.base_url) as client:
         for key in wrong:
             reply = client.post("/ui/login", data={"key": key})
             assert reply.status_code == 401 and REFUSED in reply.text
-        throttled = client.post("/ui/login", data={"key": ADMIN_KEY})  # even the right key, for now
+        throttled = client.post("/ui/login", data={"key": new_key_secret()})
         assert throttled.status_code == 429 and "Too many failed sign-ins" in throttled.text
-        assert "set-cookie" not in throttled.headers
+        assert 0 < int(throttled.headers["retry-after"]) <= 300 and "set-cookie" not in throttled.headers
+        admin = client.post("/ui/login", data={"key": ADMIN_KEY})
+        assert admin.status_code == 303 and "set-cookie" in admin.headers, "not locked out by team keys"
+        for key in guesses:
+            assert client.post("/ui/login", data={"key": key}).status_code == 401
+        locked = client.post("/ui/login", data={"key": ADMIN_KEY})
+        assert locked.status_code == 429, "ten guesses at the admin key from one address: its budget"
     logs = lone_gateway.logs()
-    assert logs.count("console_sign_in_failed") == len(wrong)
-    assert not any(key in logs or key[:12] in logs for key in wrong)
+    assert logs.count("console_sign_in_failed") == len(wrong) + len(guesses)
+    assert not any(key in logs or key[:12] in logs for key in wrong + guesses)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.gateway import GatewayProcess
+from gateway.auth.secrets import new_key_secret
+from tests.support.gateway import GatewayProcess, create_team
 
 pytestmark = pytest.mark.e2e
 
@@ -186,3 +188,105 @@ def test_the_trusted_proxys_https_and_host_give_the_host_prefixed_cookie(
         assert over_http.status_code == 303  # the https session is not read over plain http
     forged = sign_in(behind_proxy, ADMIN_KEY, AS_IF_HTTPS | {"origin": "https://evil.example"})
     assert forged.status_code == 403
+
+
+def from_client(address: str, **headers: str) -> dict[str, str]:
+    """Headers as the trusted proxy sends them for a client at `address`."""
+    return {"x-forwarded-for": address} | headers
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+async def sign_ins(gateway: GatewayProcess, keys: list[str], headers: dict[str, str]) -> list[int]:
+    """Every key's sign-in, all sent at once."""
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=headers, timeout=30) as client:
+        replies = await asyncio.gather(*(client.post("/ui/login", data={"key": key}) for key in keys))
+    return [reply.status_code for reply in replies]
+
+
+def test_fifty_simultaneous_bad_sign_ins_check_exactly_the_limit(behind_proxy: GatewayProcess) -> None:
+    guesses = [f"guess-{n}-{uuid.uuid4().hex}" for n in range(50)]
+    statuses = asyncio.run(sign_ins(behind_proxy, guesses, from_client("203.0.113.10")))
+    print(
+        f"\n50 simultaneous bad sign-ins: {statuses.count(401)} checked (401), {statuses.count(429)} refused (429)"
+    )
+    assert sorted(statuses) == [401] * 10 + [429] * 40
+    assert sign_in(behind_proxy, ADMIN_KEY, from_client("203.0.113.11")).status_code == 303  # elsewhere
+
+
+def test_the_admin_api_answers_401_for_unknown_keys_and_403_for_a_team_key(gateway: GatewayProcess) -> None:
+    with httpx.Client(base_url=gateway.base_url, headers=bearer(ADMIN_KEY)) as admin:
+        team = create_team(admin, "limits")
+    with httpx.Client(base_url=gateway.base_url) as client:
+        answers = {
+            "missing": client.get("/admin/teams"),
+            "unknown": client.get("/admin/teams", headers=bearer("not-the-admin-key")),
+            "unknown team-shaped": client.get("/admin/teams", headers=bearer(new_key_secret())),
+            "team key": client.get("/admin/teams", headers=bearer(team.key)),
+            "team key on usage": client.get("/admin/usage", headers=bearer(team.key)),
+            "admin": client.get("/admin/teams", headers=bearer(ADMIN_KEY)),
+        }
+    statuses = {name: reply.status_code for name, reply in answers.items()}
+    assert statuses == {
+        "missing": 401,
+        "unknown": 401,
+        "unknown team-shaped": 401,
+        "team key": 403,
+        "team key on usage": 403,
+        "admin": 200,
+    }
+    assert answers["unknown"].json()["error"]["type"] == "authentication_error"
+    assert answers["team key"].json()["error"]["type"] == "permission_error"
+
+
+async def admin_calls(gateway: GatewayProcess, keys: list[str], address: str) -> list[httpx.Response]:
+    async with httpx.AsyncClient(base_url=gateway.base_url, timeout=30) as client:
+        return await asyncio.gather(
+            *(client.get("/admin/teams", headers=from_client(address) | bearer(key)) for key in keys)
+        )
+
+
+def test_wrong_admin_keys_are_throttled_per_client_without_locking_the_admin_out(
+    behind_proxy: GatewayProcess,
+) -> None:
+    guesses = [f"admin-guess-{n}" for n in range(300)]
+    replies = asyncio.run(admin_calls(behind_proxy, guesses, "203.0.113.20"))
+    statuses = [reply.status_code for reply in replies]
+    print(
+        f"\n300 wrong admin keys: {statuses.count(401)} answered 401, {statuses.count(429)} throttled (429)"
+    )
+    assert sorted(statuses) == [401] * 10 + [429] * 290
+    throttled = next(reply for reply in replies if reply.status_code == 429)
+    assert throttled.json()["error"]["type"] == "rate_limit_error"
+    assert set(throttled.json()["error"]) == {"message", "type", "param", "code"}
+    assert 0 < int(throttled.headers["retry-after"]) <= 300
+    [elsewhere] = asyncio.run(admin_calls(behind_proxy, [ADMIN_KEY], "203.0.113.21"))
+    assert elsewhere.status_code == 200, "another client's guesses do not lock the admin out"
+
+    team_keys = [new_key_secret() for _ in range(30)]  # a client failing with team keys, at once
+    statuses = [
+        reply.status_code for reply in asyncio.run(admin_calls(behind_proxy, team_keys, "203.0.113.22"))
+    ]
+    assert sorted(statuses) == [401] * 10 + [429] * 20
+    [admin] = asyncio.run(admin_calls(behind_proxy, [ADMIN_KEY], "203.0.113.22"))
+    assert admin.status_code == 200, "failed team keys do not lock the admin key out at the same address"
+
+
+def test_the_console_and_the_admin_api_share_one_budget_of_guesses(behind_proxy: GatewayProcess) -> None:
+    address = "203.0.113.30"
+    for n in range(5):
+        assert sign_in(behind_proxy, f"console-guess-{n}", from_client(address)).status_code == 401
+    statuses = [
+        reply.status_code for reply in asyncio.run(admin_calls(behind_proxy, ["api-guess"] * 6, address))
+    ]
+    assert sorted(statuses) == [401] * 5 + [429]
+
+
+def test_a_forwarded_for_from_an_untrusted_client_does_not_reset_its_count(gateway: GatewayProcess) -> None:
+    statuses = [
+        sign_in(gateway, f"spoofed-{n}", from_client(f"198.51.100.{n}")).status_code for n in range(11)
+    ]
+    # one address's budget, whatever address each claims (some of it spent by earlier tests)
+    assert statuses[-1] == 429 and 401 not in statuses[statuses.index(429) :]

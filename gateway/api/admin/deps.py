@@ -9,6 +9,7 @@ from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.auth.attempts import KeyAttempts
 from gateway.auth.key_cache import KeyCache
 from gateway.redis.client import RedisClient
 from gateway.settings import Settings
@@ -24,6 +25,9 @@ class AdminServices(Protocol):
 
     @property
     def key_cache(self) -> KeyCache: ...
+
+    @property
+    def key_attempts(self) -> KeyAttempts: ...
 
     @property
     def redis(self) -> RedisClient | None: ...

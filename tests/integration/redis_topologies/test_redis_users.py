@@ -11,10 +11,11 @@ from decimal import Decimal
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from gateway.auth.attempts import KeyAttempts, TooManyAttempts
 from gateway.auth.key_cache import KeyCache, publish_invalidation
 from gateway.auth.principal import KeyState, Principal
 from gateway.catalog import CircuitSettings
-from gateway.console.session_state import FailedSignIns, SignOuts
+from gateway.console.session_state import SignOuts
 from gateway.errors import RateLimited
 from gateway.limits.redis_limiter import RedisLimiter
 from gateway.limits.reservation import Reservation
@@ -182,14 +183,19 @@ async def test_key_revocations_reach_every_process(topology_client: RedisClient)
         await asyncio.gather(listener, return_exceptions=True)
 
 
-async def test_console_sign_outs_and_failed_sign_ins_are_shared(topology_client: RedisClient) -> None:
+async def test_console_sign_outs_and_failed_key_attempts_are_shared(topology_client: RedisClient) -> None:
     signed_out, elsewhere = SignOuts(), SignOuts()
     await signed_out.add(topology_client, "sid-1", time.time() + 60)
     assert await elsewhere.contains(topology_client, "sid-1")
-    failures, other = FailedSignIns(limit=2, window_s=60), FailedSignIns(limit=2, window_s=60)
-    await failures.record(topology_client, "10.0.0.1")
-    await failures.record(topology_client, "10.0.0.1")
-    assert await other.blocked(topology_client, "10.0.0.1")
+    failures, other = KeyAttempts(topology_client, limit=2), KeyAttempts(topology_client, limit=2)
+
+    async def refused() -> None:
+        return None
+
+    await failures.check("10.0.0.1", "wrong", refused)
+    await failures.check("10.0.0.1", "wrong", refused)
+    with pytest.raises(TooManyAttempts):
+        await other.check("10.0.0.1", "wrong", refused)
 
 
 async def test_circuits_are_shared(topology_client: RedisClient) -> None:

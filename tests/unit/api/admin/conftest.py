@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api.admin import ADMIN_CONTROLLERS
+from gateway.auth.attempts import KeyAttempts
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
@@ -33,6 +34,7 @@ class StandInServices:
     key_cache: KeyCache
     redis: Redis | None = None
     metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
+    key_attempts: KeyAttempts = field(default_factory=lambda: KeyAttempts(None))
 
 
 def settings_with(admin_key: str | None) -> Settings:
@@ -46,7 +48,7 @@ def settings_with(admin_key: str | None) -> Settings:
 
 
 def render_gateway_error(_: Request, exc: GatewayError) -> Response[bytes]:  # type: ignore[type-arg]
-    return Response(exc.to_json(), status_code=exc.status, media_type="application/json")
+    return Response(exc.to_json(), status_code=exc.status, media_type="application/json", headers=exc.headers)
 
 
 def admin_app(services: StandInServices) -> Litestar:
