@@ -1,4 +1,5 @@
 """Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
+On the Messages API (`/v1/messages...`) the object is in Anthropic's envelope (`"type": "error"`).
 
 `gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
 Each logs the refusal once (never the key, never the prompt, never a failed statement's values);
@@ -31,6 +32,7 @@ HTTP_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 TOO_LARGE = "The request body is larger than the gateway accepts"
+MESSAGES_PATH = "/v1/messages"  # and count_tokens: answered in Anthropic's envelope
 _MAX_PATH_CHARS = 200  # a path echoed in a message: enough to recognise it, never a whole long URL
 
 
@@ -59,7 +61,19 @@ def gateway_error_reply(
             status=exc.status,
             code=exc.code,
         )
-    return ErrorReply(exc.status, headers, exc.to_json(), exc.code, refused=not exc.logged)
+    body = anthropic_envelope(exc) if path.startswith(MESSAGES_PATH) else exc.to_json()
+    return ErrorReply(exc.status, headers, body, exc.code, refused=not exc.logged)
+
+
+class AnthropicError(msgspec.Struct):
+    """Anthropic's error envelope, for the Messages API's clients; OpenAI's fields stay inside."""
+
+    error: ErrorDetail
+    type: str = "error"
+
+
+def anthropic_envelope(exc: GatewayError) -> bytes:
+    return msgspec.json.encode(AnthropicError(exc.body().error))
 
 
 def http_error_reply(status: int, detail: str | None, request_id: str | None) -> ErrorReply:

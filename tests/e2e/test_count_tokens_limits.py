@@ -39,7 +39,9 @@ def test_count_tokens_spends_the_keys_request_rate_and_is_recorded_at_no_cost(st
     with pytest.raises(anthropic.RateLimitError) as limited:
         client.messages.count_tokens(model="claude", messages=HELLO)
     assert int(limited.value.response.headers["retry-after"]) >= 1
-    assert isinstance(limited.value.body, dict) and limited.value.body["error"]["type"] == "rate_limit_error"
+    refusal = limited.value.body  # Anthropic's envelope, as on /v1/messages
+    assert isinstance(refusal, dict) and refusal["type"] == "error"
+    assert refusal["error"]["type"] == "rate_limit_error"
     # the same key's next request of any kind waits as well: one rate for both
     with pytest.raises(anthropic.RateLimitError):
         client.messages.create(model="claude", max_tokens=8, messages=HELLO)
