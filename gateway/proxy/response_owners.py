@@ -85,9 +85,10 @@ class ResponseOwners:
     async def check(self, provider: Provider, team_id: str, body: dict[str, Any]) -> None:
         """Refuse (404) an id the body names that `team_id` did not create, when `provider` is
         sent the request as it came (its own Responses API)."""
-        if not serves_responses_natively(provider):
-            return  # translated: the adapter refuses both fields
-        for param, object_id in named_ids(body):
+        named = named_ids(body)
+        if not named or not serves_responses_natively(provider):
+            return  # nothing stored is named, or translated (the adapter refuses both fields)
+        for param, object_id in named:
             if await self._owner(object_id) != team_id:
                 raise refusal(param, object_id)
 
