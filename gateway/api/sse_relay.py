@@ -156,9 +156,10 @@ def _cancelled_by_us(
 
 
 async def _drop_connection(receive: Receive) -> None:
-    """Abort the client's connection, the bytes it did not take dropped: uvicorn's transport, found
-    on the request cycle `receive` belongs to. The connection then no longer counts against the
-    server's `limit_concurrency` either. The loop reports the connection lost on its next turn,
+    """Close the client's connection at once, what the process still buffered for it dropped (the
+    kernel sends what it holds, then ends the connection): uvicorn's transport aborted, found on the
+    request cycle `receive` belongs to. The connection then no longer counts against the server's
+    `limit_concurrency` either. The loop reports the connection lost on its next turn,
     which marks the cycle disconnected: waited for, so that uvicorn does not log the unfinished
     response as the app's fault."""
     transport = getattr(getattr(receive, "__self__", None), "transport", None)
