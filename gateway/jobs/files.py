@@ -81,7 +81,7 @@ async def store_upload(
     if store is not None:
         await store.put(stored.id, chunks)
     else:
-        await put_in_database(session, stored.id, chunks)
+        await put_in_database(session, stored.id, size, chunks)
     return stored
 
 

@@ -5,7 +5,15 @@ from typing import Any
 
 import msgspec
 
-from gateway.jobs.input_lines import MAX_LISTED_ERRORS, MAX_REQUESTS, LineError, check_input, prefix_key
+from gateway.jobs.input_lines import (
+    MAX_LISTED_ERRORS,
+    MAX_REQUESTS,
+    InputCheck,
+    LineError,
+    check_input,
+    prefix_key,
+)
+from gateway.schemas.nesting import MAX_NESTING
 
 CHAT = "/v1/chat/completions"
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -158,3 +166,59 @@ def test_a_streaming_line_is_refused_at_validation() -> None:
     body = {"model": "chat", "messages": [SYSTEM], "stream": True}
     errors = check_input(jsonl(request("a"), request("b", body=body)), CHAT).errors
     assert [(e.code, e.param, e.line) for e in errors] == [("invalid_request", "body.stream", 2)]
+
+
+def nested_body(depth: int) -> dict[str, Any]:
+    """A chat body whose `metadata` value nests `depth` objects deep, the body itself being one."""
+    value: Any = "x"
+    for _ in range(depth - 1):
+        value = {"v": value}
+    return {"model": "chat", "messages": [], "metadata": value} if depth > 1 else {"model": "chat"}
+
+
+def test_a_body_nesting_past_the_bound_is_refused_at_its_line() -> None:
+    deepest = request("deepest", body=nested_body(MAX_NESTING))
+    data = jsonl(request("a"), deepest, request("deeper", body=nested_body(MAX_NESTING + 1)), request("b"))
+    opened, closed = '{"a":' * 5000, "}" * 5000
+    hostile = f'{{"custom_id": "h", "method": "POST", "url": "{CHAT}", "body": {opened}1{closed}}}'
+
+    errors = check_input(data + jsonl(hostile), CHAT).errors
+
+    assert [(e.code, e.param, e.line) for e in errors] == [
+        ("invalid_request", "body", 3),
+        ("invalid_request", "body", 5),
+    ]
+    assert f"{MAX_NESTING} levels" in errors[0].message
+    assert check_input(jsonl(request("a"), deepest), CHAT).errors == ()
+
+
+def test_a_lines_own_gateway_directive_is_refused_naming_where_directives_go() -> None:
+    steered = request("steered", body={"model": "chat", "messages": [], "gateway": {"region": "eu"}})
+
+    errors = check_input(jsonl(request("a"), steered), CHAT).errors
+
+    assert [(e.code, e.param, e.line) for e in errors] == [("invalid_request", "body.gateway", 2)]
+    assert "X-Gateway-Region" in errors[0].message and "metadata" in errors[0].message
+
+
+def test_a_file_fed_in_any_chunks_checks_as_a_whole() -> None:
+    data = jsonl(*(request(f"r{i}", "q" * i) for i in range(40)))[:-1]  # no final newline
+    whole = check_input(data, CHAT)
+
+    for size in (1, 7, 64, len(data)):
+        check = InputCheck(CHAT)
+        lines = [
+            line for start in range(0, len(data), size) for line in check.feed(data[start : start + size])
+        ]
+        last, verdict = check.verdict()
+        assert (lines + last, verdict.requests, verdict.errors) == (list(whole.lines), 40, ())
+
+
+def test_no_line_is_handed_out_once_the_file_fails() -> None:
+    check = InputCheck(CHAT)
+
+    first = check.feed(jsonl(request("a"), "not json"))
+    later = check.feed(jsonl(request("b")))
+
+    assert [line.custom_id for line in first] == ["a"] and later == []
+    assert [e.line for e in check.verdict()[1].errors] == [2]
