@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -14,7 +14,7 @@ from playwright.sync_api import BrowserContext, Page
 
 from gateway.auth.secrets import new_key_secret
 from tests.browser.conftest import Shoot, SignIn
-from tests.browser.stack import ADMIN_KEY, ConsoleStack
+from tests.browser.stack import ADMIN_KEY, ConsoleStack, gateway_env, write_config
 from tests.support.gateway import GatewayProcess
 
 pytestmark = pytest.mark.e2e
@@ -133,3 +133,38 @@ def test_failed_sign_ins_are_throttled_and_logged_without_the_key(lone_gateway: 
     logs = lone_gateway.logs()
     assert logs.count("console_sign_in_failed") == len(wrong) + len(guesses)
     assert not any(key in logs or key[:12] in logs for key in wrong + guesses)
+
+
+@pytest.fixture(scope="module")
+def behind_https_proxy(
+    stack: ConsoleStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    """A process of the stack's database trusting 127.0.0.1 as its proxy: the browser's headers
+    below are what an https proxy in front would add."""
+    config = write_config(tmp_path_factory.mktemp("proxied") / "gateway.yaml", stack.upstream, runner=False)
+    env = gateway_env(stack.gateway.env["GATEWAY_DATABASE_URL"], None) | {
+        "GATEWAY_TRUSTED_PROXIES": "127.0.0.1"
+    }
+    gateway = GatewayProcess(config, env).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def test_behind_an_https_proxy_the_browser_keeps_a_host_prefixed_cookie(
+    behind_https_proxy: GatewayProcess, new_context: Callable[[], BrowserContext]
+) -> None:
+    context = new_context()
+    context.set_extra_http_headers({"x-forwarded-proto": "https"})
+    page = context.new_page()
+    page.goto(behind_https_proxy.base_url + "/ui/login")
+    page.fill("input[name=key]", ADMIN_KEY)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/ui/usage")
+    assert page.locator('[data-role="admin"]').is_visible()
+    [cookie] = context.cookies()
+    assert (cookie["name"], cookie["path"], cookie["secure"]) == ("__Host-gateway_console", "/", True)
+    page.click("text=Sign out")
+    page.wait_for_url("**/ui/login?signed_out=1")
+    assert context.cookies() == [], "the sign-out cleared the __Host- cookie"
