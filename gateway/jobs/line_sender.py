@@ -361,8 +361,8 @@ def orphan_event(
 ) -> UsageEvent | None:
     """The record of a run whose process died (or lost the job) before it stored anything: estimated
     from the line's body (how long it ran is not known), at the price of the deployment it went
-    to, or of the job's model's first one if the catalog no longer has it; None when the catalog
-    no longer has the model at all."""
+    to, the first of `deployments` with its id, else the first of them (the catalog changed);
+    None when there is none."""
     deployment = next((d for d in deployments if d.id == attempt.deployment), None)
     deployment = deployment or (deployments[0] if deployments else None)
     if deployment is None:

@@ -405,7 +405,9 @@ class JobRun:
             orphans = await ledger.orphaned_attempts(session, job.id)
         if not orphans:
             return
-        deployments = () if self._table is None else self._table.by_model.get(job.model or "", ())
+        deployments: tuple[Deployment, ...] = ()
+        if self._table is not None:  # the job's model's first, then any other that has the run's id
+            deployments = self._table.by_model.get(job.model or "", ()) + tuple(self._table.all())
         recorded = []
         for attempt in orphans:
             event = orphan_event(attempt, (job.team_id, job.key_id), job.id, deployments, self._max_messages)

@@ -25,6 +25,7 @@ from gateway.settings import (
     DeploymentSpec,
     JobSettings,
     ModelSpec,
+    Price,
     Provider,
     ProviderKind,
     RetrySettings,
@@ -53,10 +54,11 @@ async def database_url() -> str:
     return DATABASE_URL
 
 
-def catalog_with(provider: Provider, jobs: JobSettings = JOBS) -> Catalog:
+def catalog_with(provider: Provider, jobs: JobSettings = JOBS, price: Price | None = None) -> Catalog:
+    deployment = DeploymentSpec(provider=provider.name, model="m-up", price=price or Price())
     return Catalog(
         providers=(provider,),
-        models=(ModelSpec(name=MODEL, deployments=(DeploymentSpec(provider=provider.name, model="m-up"),)),),
+        models=(ModelSpec(name=MODEL, deployments=(deployment,)),),
         retry=RetrySettings(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02),
         circuit=CircuitSettings(failure_threshold=1000, cooldown_s=0.5),
         jobs=jobs,
@@ -118,6 +120,7 @@ async def add_job(
     *,
     expires_in_s: float = 86_400,
     directives: dict[str, str] | None = None,
+    model: str = MODEL,
 ) -> str:
     """A job in `validating` with one line per body (custom_id `req-<n>`), as the API creates it."""
     now = utcnow()
@@ -132,7 +135,7 @@ async def add_job(
                 input_file_id="file-input",
                 completion_window="24h",
                 status="validating",
-                model=MODEL,
+                model=model,
                 directives=directives,
                 request_total=len(bodies),
                 created_at=now,
