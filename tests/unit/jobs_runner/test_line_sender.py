@@ -14,6 +14,7 @@ from gateway.errors import (
     PinnedProviderUnavailable,
     QueueFull,
     QueueTimeout,
+    RateLimited,
     UpstreamError,
     UpstreamRateLimited,
     UpstreamRejected,
@@ -22,7 +23,15 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.jobs.input_lines import prefix_key
-from gateway.jobs.line_sender import LineUsage, line_cache_key, pause_reason, refuses_line
+from gateway.jobs.ledger import line_request_id
+from gateway.jobs.line_sender import (
+    LineUsage,
+    estimated_prompt,
+    line_cache_key,
+    pacing_s,
+    pause_reason,
+    refuses_line,
+)
 from gateway.metering.events import UsageEvent
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
@@ -99,3 +108,22 @@ def test_a_line_that_brings_its_own_cache_key_or_breakpoint_keeps_it() -> None:
     assert cache_key_of(body("You are terse.", "question 1", prompt_cache_key="mine")) is None
     marked = [{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]
     assert cache_key_of(body(marked, "question 1")) is None
+
+
+def test_a_full_window_paces_for_as_long_as_the_limiter_says_and_a_hopeless_one_fails() -> None:
+    assert pacing_s(RateLimited("full", headers={"retry-after": "6", "retry-after-ms": "5400"})) == 5.4
+    assert pacing_s(RateLimited("held", headers={"retry-after": "1"})) == 1.0
+    too_large = RateLimited("too large", headers={"x-should-retry": "false", "retry-after": "60"})
+    assert pacing_s(too_large) is None
+
+
+def test_a_first_run_keeps_the_lines_request_id_and_a_rerun_has_its_own() -> None:
+    assert line_request_id("batch_1", 7, 1) == "batch_1-7"
+    assert line_request_id("batch_1", 7, 2) == "batch_1-7-2"
+    assert len({line_request_id("batch_1", 7, run) for run in range(1, 6)}) == 5
+
+
+def test_a_lost_runs_prompt_is_estimated_from_its_text_or_from_its_bytes() -> None:
+    text = json.dumps(body("x" * 400, "y" * 400))
+    assert 200 <= estimated_prompt(text, max_messages=100) < 250
+    assert estimated_prompt("[" * 10_000, max_messages=100) == 2_500  # unreadable: its bytes / 4
