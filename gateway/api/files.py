@@ -19,11 +19,12 @@ from typing import IO, Annotated
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
+from litestar.response import Stream
 from msgspec import UNSET
 
 from gateway.api.openapi_bodies import documented, json_schema
-from gateway.api.query_params import page_size, path_id, text_param
+from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.auth.principal import Principal
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
@@ -148,12 +149,12 @@ def _order(value: str | None) -> bool:
 @get("/v1/files", operation_class=documented(response=json_schema(FileList)))
 async def list_files(
     request: Request,
-    purpose: Annotated[str | None, QueryParameter(description="only files of this purpose")] = None,
-    limit: Annotated[
-        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+    purpose: Annotated[str | None, documented_query("Only files of this purpose.")] = None,
+    limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
+    order: Annotated[
+        str | None, documented_query("By created_at: asc, or desc (the default).", enum=["asc", "desc"])
     ] = None,
-    order: Annotated[str | None, QueryParameter(description="asc or desc (default) by created_at")] = None,
-    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+    after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
     principal = await authenticated(request)
     newest_first = _order(order)
@@ -193,15 +194,30 @@ async def delete_file(request: Request, file_id: FromPath[str]) -> Response[byte
     return _json(FileDeleted(stored.id))
 
 
-@get("/v1/files/{file_id:str}/content", media_type=OCTETS, operation_class=documented())
-async def file_content(request: Request, file_id: FromPath[str]) -> Response[bytes]:
+@get(
+    "/v1/files/{file_id:str}/content",
+    media_type=OCTETS,
+    response_description="The file's bytes",
+    operation_class=documented(),
+)
+async def file_content(request: Request, file_id: FromPath[str]) -> Stream:
+    """The bytes as the store hands them out, a chunk at a time. The first chunk is read before the
+    answer starts, so that an absent file (404) or a failing store (503) is an error object; every
+    read of the database is over by then."""
     principal = await authenticated(request)
     services = services_of(request)
     async with services.sessions() as session:
-        data = await files.file_bytes(
+        chunks = files.file_chunks(
             session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store
         )
-    return Response(data, media_type=OCTETS)
+        first = await anext(chunks, b"")
+    return Stream(_resumed(first, chunks), media_type=OCTETS)
+
+
+async def _resumed(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in rest:
+        yield chunk
 
 
 FILE_HANDLERS = [upload_file, list_files, retrieve_file, delete_file, file_content]
