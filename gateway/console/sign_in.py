@@ -73,9 +73,7 @@ async def sign_in(request: Request, console: NamedDependency[ConsoleSessions]) -
         token = await services.key_attempts.check(address, key, lambda: _session_token(request, console, key))
     except TooManyAttempts as exc:
         log.warning("console_sign_in_throttled", client=address)
-        page_ = _login_page(target, error=_throttled(exc.retry_after_s), status=429)
-        page_.headers["retry-after"] = str(exc.retry_after_s)
-        return page_
+        return _throttled(target, exc.retry_after_s)
     if token is None:
         log.warning("console_sign_in_failed", client=address)
         return _login_page(target, error=REFUSED, status=401)
@@ -84,9 +82,13 @@ async def sign_in(request: Request, console: NamedDependency[ConsoleSessions]) -
     return response
 
 
-def _throttled(retry_after_s: int) -> str:
+def _throttled(target: str, retry_after_s: int) -> Template:
+    """The sign-in page that checked no key: this client's failed attempts are spent for now."""
     minutes = math.ceil(retry_after_s / 60)
-    return f"Too many failed sign-ins: try again in {minutes} minute{'s' if minutes != 1 else ''}."
+    error = f"Too many failed sign-ins: try again in {minutes} minute{'' if minutes == 1 else 's'}."
+    refused = _login_page(target, error=error, status=429)
+    refused.headers["retry-after"] = str(retry_after_s)
+    return refused
 
 
 async def _session_token(request: Request, console: ConsoleSessions, key: str) -> str | None:
