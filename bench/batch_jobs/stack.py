@@ -128,12 +128,15 @@ def owner_pid(owner: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Metered:
-    """The usage records of one batch id."""
+    """The usage records of one batch id: those of answered runs, and apart those of runs lost with
+    a killed process (`attempt_lost`, estimated prompt only; docs/batch-jobs.md, "A crash")."""
 
     records: int
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    lost_runs: int = 0
+    lost_prompt_tokens: int = 0
 
 
 class Ledger:
@@ -162,11 +165,22 @@ class Ledger:
         return int(count)
 
     async def metered(self, batch_id: str) -> Metered:
+        answered = "error_code IS DISTINCT FROM 'attempt_lost'"
         row = await self.conn.fetchrow(
-            "SELECT count(*) AS records, coalesce(sum(prompt_tokens), 0) AS prompt,"
-            " coalesce(sum(completion_tokens), 0) AS completion, coalesce(sum(cached_tokens), 0) AS cached"
+            f"SELECT count(*) FILTER (WHERE {answered}) AS records,"
+            f" coalesce(sum(prompt_tokens) FILTER (WHERE {answered}), 0) AS prompt,"
+            " coalesce(sum(completion_tokens), 0) AS completion, coalesce(sum(cached_tokens), 0) AS cached,"
+            f" count(*) FILTER (WHERE NOT {answered}) AS lost,"
+            f" coalesce(sum(prompt_tokens) FILTER (WHERE NOT {answered}), 0) AS lost_prompt"
             " FROM usage_records WHERE batch_id = $1",
             batch_id,
         )
         assert row is not None
-        return Metered(int(row["records"]), int(row["prompt"]), int(row["completion"]), int(row["cached"]))
+        return Metered(
+            int(row["records"]),
+            int(row["prompt"]),
+            int(row["completion"]),
+            int(row["cached"]),
+            int(row["lost"]),
+            int(row["lost_prompt"]),
+        )
