@@ -165,13 +165,13 @@ class Ledger:
         return int(count)
 
     async def metered(self, batch_id: str) -> Metered:
-        answered = "error_code IS DISTINCT FROM 'attempt_lost'"
         row = await self.conn.fetchrow(
-            f"SELECT count(*) FILTER (WHERE {answered}) AS records,"
-            f" coalesce(sum(prompt_tokens) FILTER (WHERE {answered}), 0) AS prompt,"
-            " coalesce(sum(completion_tokens), 0) AS completion, coalesce(sum(cached_tokens), 0) AS cached,"
-            f" count(*) FILTER (WHERE NOT {answered}) AS lost,"
-            f" coalesce(sum(prompt_tokens) FILTER (WHERE NOT {answered}), 0) AS lost_prompt"
+            "SELECT count(*) FILTER (WHERE error_code IS DISTINCT FROM 'attempt_lost') AS records,"
+            " coalesce(sum(prompt_tokens) FILTER (WHERE error_code IS DISTINCT FROM 'attempt_lost'), 0)"
+            " AS prompt, coalesce(sum(completion_tokens), 0) AS completion,"
+            " coalesce(sum(cached_tokens), 0) AS cached,"
+            " count(*) FILTER (WHERE error_code = 'attempt_lost') AS lost,"
+            " coalesce(sum(prompt_tokens) FILTER (WHERE error_code = 'attempt_lost'), 0) AS lost_prompt"
             " FROM usage_records WHERE batch_id = $1",
             batch_id,
         )
