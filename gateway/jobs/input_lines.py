@@ -102,11 +102,10 @@ class InputCheck:
         while (end := chunk.find(b"\n", start)) != -1:
             if self._partial:
                 self._partial += chunk[start:end]
-                line = bytes(self._partial)
-                self._partial.clear()
+                self._line(self._partial, good)
+                self._partial = bytearray()
             else:
-                line = chunk[start:end]
-            self._line(line, good)
+                self._line(chunk[start:end], good)
             start = end + 1
         self._partial += chunk[start:]
         return good
@@ -115,9 +114,8 @@ class InputCheck:
         """The last line (one without a final newline), and what the whole file came to."""
         good: list[InputLine] = []
         if self._partial:
-            line = bytes(self._partial)
-            self._partial.clear()
-            self._line(line, good)
+            self._line(self._partial, good)
+            self._partial = bytearray()
         if self._requests == 0:
             return [], InputVerdict(
                 0, None, (LineError("empty_file", "The input file is empty: it holds no requests."),)
@@ -135,9 +133,10 @@ class InputCheck:
         """Whether the file already cannot make a batch."""
         return bool(self._errors) or self._requests > MAX_REQUESTS
 
-    def _line(self, line: bytes, good: list[InputLine]) -> None:
+    def _line(self, line: bytes | bytearray, good: list[InputLine]) -> None:
+        """Check one line (a line that spans chunks is checked in the buffer that gathered it)."""
         self._number += 1
-        if not line.strip():
+        if not line or line.isspace():
             return
         self._requests += 1
         if self._requests > MAX_REQUESTS or len(self._errors) >= MAX_LISTED_ERRORS:
@@ -153,7 +152,7 @@ class InputCheck:
             body = msgspec.json.encode(request.body).decode()
             good.append(InputLine(request.custom_id, body, prefix_key(request.body)))
 
-    def _checked(self, line: bytes) -> _Request:
+    def _checked(self, line: bytes | bytearray) -> _Request:
         request = _read_line(line, self._endpoint)
         if request.custom_id in self._seen:
             raise _Refused(
@@ -190,7 +189,7 @@ def _at_line(error: LineError, number: int) -> LineError:
     return LineError(error.code, error.message, error.param, number)
 
 
-def _read_line(line: bytes, endpoint: str) -> _Request:
+def _read_line(line: bytes | bytearray, endpoint: str) -> _Request:
     try:
         request = msgspec.json.decode(line)
     except msgspec.DecodeError:
@@ -217,7 +216,7 @@ def _read_line(line: bytes, endpoint: str) -> _Request:
     body = request.get("body")
     if not isinstance(body, dict):
         raise _Refused("invalid_request", "body must be a JSON object: the request to send.", "body")
-    if too_deep(body, raw=line):
+    if too_deep(body, raw=line if isinstance(line, bytes) else None):
         raise _too_deep()
     model = body.get("model")
     if not _is_name(model, MAX_MODEL):
