@@ -4,12 +4,21 @@ batch creates past it wait for a slot, then are refused with 503 `server_busy` a
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 
 from gateway.errors import ServiceUnavailable
 from gateway.jobs.file_slots import FileSlots
+from gateway.settings import ConfigError, load_catalog
 from tests.unit.jobs.conftest import JSONL, Caller, Client, StandInServices, upload
+
+CATALOG = """
+providers:
+  - {name: mock, kind: mock, region: eu}
+models:
+  - {name: m, deployments: [{provider: mock, model: m}]}
+"""
 
 
 async def test_work_past_the_slots_is_refused_as_busy_and_a_freed_slot_is_taken() -> None:
@@ -53,3 +62,17 @@ async def test_an_upload_and_a_create_past_the_slots_answer_503_server_busy(
         assert refused.json()["error"]["code"] == "server_busy"
         assert refused.headers["retry-after"] == "1"
     assert created.status_code == 200 and created.json()["status"] == "validating"
+
+
+def test_the_bound_is_read_from_the_catalogs_files_section_and_checked(tmp_path: Path) -> None:
+    def files(section: str) -> Path:
+        path = tmp_path / "gateway.yaml"
+        path.write_text(CATALOG + section, encoding="utf-8")
+        return path
+
+    assert load_catalog(files(""), {}).files.max_concurrent == 2
+    bound = load_catalog(files("files: {max_concurrent: 4, busy_wait_s: 0.5}\n"), {}).files
+    assert (bound.max_concurrent, bound.busy_wait_s) == (4, 0.5)
+    for wrong in ("files: {max_concurrent: 0}\n", "files: {busy_wait_s: -1}\n"):
+        with pytest.raises(ConfigError, match="files\\."):
+            load_catalog(files(wrong), {})
