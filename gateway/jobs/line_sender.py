@@ -255,7 +255,9 @@ class LineSender:
             # Whether the request went out before it broke is not known: once its run began, the
             # upstream may have served it, so it has an (estimated) record.
             event = None if attempts.begun is None else self._lost(ctx, line, attempts.begun)
-            return LineRun(None, event, broke=type(exc).__name__, admission=ctx.admission)
+            return LineRun(
+                None, event, broke=type(exc).__name__, admission=ctx.admission, request_id=request_id
+            )
         body = completed.response.body.decode()
         done = LineOutcome(line.line_no, ledger.SUCCEEDED, 200, body, request_id, attempts.count)
         return LineRun(done, self.usage.take(request_id), admission=ctx.admission)

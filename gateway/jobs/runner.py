@@ -369,9 +369,10 @@ class JobRun:
             async with self._sessions() as session:
                 stored = await ledger.close_attempt(session, self.claim, line.line_no, sent.event) is not None
         if not stored:
-            await self._sender.release(self._principal, sent)
+            with contextlib.suppress(Exception):  # the hold expires on its own
+                await self._sender.release(self._principal, sent)
             raise LeaseLost(self.claim.job_id)
-        await self._sender.settle(self._principal, sent)
+        await self._settle(sent)
 
     async def _broke(self, line: PendingLine, sent: LineRun) -> None:
         """A send that broke: its run's record (when it may have reached an upstream) and one more
@@ -380,9 +381,10 @@ class JobRun:
         async with self._sessions() as session:
             failures = await ledger.close_attempt(session, self.claim, line.line_no, sent.event, broke=True)
         if failures is None:
-            await self._sender.release(self._principal, sent)
+            with contextlib.suppress(Exception):  # the hold expires on its own
+                await self._sender.release(self._principal, sent)
             raise LeaseLost(self.claim.job_id)
-        await self._sender.settle(self._principal, sent)
+        await self._settle(sent)
         log.warning(
             "batch_line_broke",
             batch=self.claim.job_id,
@@ -397,6 +399,16 @@ class JobRun:
             outcome = broken_outcome(line.line_no, request_id, sent.broke, failures)
             if not await self._outcomes.store(outcome, None):
                 raise LeaseLost(self.claim.job_id)
+
+    async def _settle(self, run: LineRun) -> None:
+        """The limiter settled for a stored run. Its spend counters are rebuilt from the records
+        when they are lost, so a limiter that fails here fails nothing else."""
+        if self._principal is None:
+            return
+        try:
+            await self._sender.settle(self._principal, run)
+        except Exception as exc:
+            log.warning("batch_line_settle_failed", batch=self.claim.job_id, error=type(exc).__name__)
 
     async def _record_orphans(self, job: BatchJob) -> None:
         """Each run written down and never ended (its process died, or lost the job, with it in
@@ -419,9 +431,8 @@ class JobRun:
             if not await ledger.record_orphans(session, self.claim, recorded):
                 raise LeaseLost(self.claim.job_id)
         log.warning("batch_runs_recovered", batch=job.id, runs=len(recorded))
-        if self._principal is not None:
-            for _, event in recorded:
-                await self._sender.settle(self._principal, LineRun(None, event))
+        for _, event in recorded:
+            await self._settle(LineRun(None, event))
 
     async def _pause(self, reason: str) -> None:
         """The pinned deployment keeps failing: say so on the job, wait, then try it again."""
