@@ -19,12 +19,12 @@ from typing import IO, Annotated
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.params import FromPath
+from litestar.params import FromPath, QueryParameter
 from litestar.response import Stream
 from msgspec import UNSET
 
 from gateway.api.openapi_bodies import documented, json_schema
-from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
+from gateway.api.query_params import page_size, path_id, text_param
 from gateway.auth.principal import Principal
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
@@ -149,12 +149,12 @@ def _order(value: str | None) -> bool:
 @get("/v1/files", operation_class=documented(response=json_schema(FileList)))
 async def list_files(
     request: Request,
-    purpose: Annotated[str | None, documented_query("Only files of this purpose.")] = None,
-    limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
-    order: Annotated[
-        str | None, documented_query("By created_at: asc, or desc (the default).", enum=["asc", "desc"])
+    purpose: Annotated[str | None, QueryParameter(description="only files of this purpose")] = None,
+    limit: Annotated[
+        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
     ] = None,
-    after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
+    order: Annotated[str | None, QueryParameter(description="asc or desc (default) by created_at")] = None,
+    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
 ) -> Response[bytes]:
     principal = await authenticated(request)
     newest_first = _order(order)
@@ -207,7 +207,7 @@ async def file_content(request: Request, file_id: FromPath[str]) -> Stream:
     principal = await authenticated(request)
     services = services_of(request)
     async with services.sessions() as session:
-        chunks = files.file_chunks(
+        chunks = files.download_chunks(
             session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store
         )
         first = await anext(chunks, b"")

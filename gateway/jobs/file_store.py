@@ -5,8 +5,7 @@ default: a `file_contents` row, in the caller's transaction).
 The metadata (`StoredFile`) stays in the database either way; a store holds only the bytes, under
 `prefix + file id`. Bytes go in and come out as chunks: an object store streams them, part by part.
 The database holds a file's bytes in one column value: PostgreSQL is sent them as they arrive (one
-row of a binary COPY), SQLite is given them whole; a file read from the database is read whole and
-handed out chunk by chunk.
+row of a binary COPY) and read back in slices; SQLite is given them and read whole.
 """
 
 from __future__ import annotations
@@ -15,13 +14,14 @@ import struct
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Protocol
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import FileContent
 from gateway.settings import FileSettings
 
 CHUNK_BYTES = 1024 * 1024  # what a reader of a stored file is handed at a time
+SLICE_BYTES = 8 * 1024 * 1024  # what is read of a file kept in PostgreSQL at a time
 CONTENTS = FileContent.__tablename__
 COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
@@ -83,6 +83,25 @@ async def _copy_row(file_id: str, size: int, chunks: AsyncIterable[bytes]) -> As
     if sent != size:  # the row would be malformed: fail it rather than let the server guess
         raise ValueError(f"file {file_id}: {sent} bytes read, {size} announced")
     yield struct.pack("!h", -1)
+
+
+async def database_slices(session: AsyncSession, file_id: str, size: int) -> AsyncIterator[bytes]:
+    """The `size` bytes of a file kept in the database, in the session's transaction: from
+    PostgreSQL in slices of `SLICE_BYTES` (each `substring` of the column value decompresses only up
+    to its end: large slices keep that work small), from SQLite whole (its `substr` of a value reads
+    all of it)."""
+    if (await session.connection()).dialect.name != "postgresql":
+        data = await session.scalar(select(FileContent.data).where(FileContent.file_id == file_id))
+        async for chunk in database_chunks(data or b""):
+            yield chunk
+        return
+    for start in range(0, size, SLICE_BYTES):
+        part = func.substring(FileContent.data, start + 1, SLICE_BYTES)
+        data = await session.scalar(select(part).where(FileContent.file_id == file_id))
+        if data is None:  # deleted meanwhile: what was read is all there is
+            return
+        async for chunk in database_chunks(data):
+            yield chunk
 
 
 async def database_chunks(data: bytes) -> AsyncIterator[bytes]:

@@ -4,7 +4,8 @@ A file is the team's own: every read takes the team, and another team's file is 
 deleted one. Deleting keeps the row (a job still names its input file) and drops the bytes. The
 bytes are a `FileContent` row, or with a `store` (`gateway.jobs.file_store`, `files.store: s3`) an
 object of that store; a file stored in the database before the switch is still read from there.
-Bytes are stored from chunks as they arrive (`store_upload`) and read back as chunks (`file_chunks`).
+Bytes are stored from chunks as they arrive (`store_upload`) and read back as chunks
+(`file_chunks`, `download_chunks`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Select, delete, or_, select
+from sqlalchemy import ColumnElement, Select, delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import FileContent, StoredFile
 from gateway.db.teams import utcnow
 from gateway.errors import NotFound
-from gateway.jobs.file_store import FileStore, database_chunks, one_chunk, put_in_database
+from gateway.jobs.file_store import FileStore, database_chunks, database_slices, one_chunk, put_in_database
 from gateway.jobs.pages import page_after
 
 BATCH_INPUT = "batch"
@@ -132,22 +133,44 @@ async def file_bytes(
     return await store.get(row.id)
 
 
+async def _content_length(session: AsyncSession, team_id: str, file_id: str) -> int | None:
+    """The size of a live file's bytes in the database; None when they are not there (they are in
+    the store). NotFound as `get_file`."""
+    query = (
+        select(StoredFile.id, func.length(FileContent.data).label("size"))
+        .outerjoin(FileContent, FileContent.file_id == StoredFile.id)
+        .where(StoredFile.id == file_id, *_live(team_id))
+    )
+    row = (await session.execute(query)).first()
+    if row is None:
+        raise NotFound(f"No such File object: {file_id}", param="file_id")
+    return None if row.size is None else int(row.size)
+
+
 async def file_chunks(
     session: AsyncSession, team_id: str, file_id: str, *, store: FileStore | None = None
 ) -> AsyncIterator[bytes]:
-    """The content of a live file of the team, a chunk at a time; NotFound as `get_file`. From the
-    database the file is read once, whole (one column value); from a store it streams."""
-    if store is not None:
-        stored_here = (
-            select(FileContent.file_id)
-            .join(StoredFile, StoredFile.id == FileContent.file_id)
-            .where(StoredFile.id == file_id, *_live(team_id))
-        )
-        if (await session.scalars(stored_here)).first() is None:
-            await get_file(session, team_id, file_id)  # NotFound for a file that is not live
-            async for chunk in store.chunks(file_id):
-                yield chunk
-            return
+    """The content of a live file of the team a chunk at a time, read in the session's transaction
+    (a batch create's); NotFound as `get_file`. A store streams it; PostgreSQL hands it out in
+    slices of its column value; SQLite reads it whole."""
+    size = await _content_length(session, team_id, file_id)
+    if size is None and store is not None:
+        async for chunk in store.chunks(file_id):
+            yield chunk
+        return
+    async for chunk in database_slices(session, file_id, size or 0):
+        yield chunk
+
+
+async def download_chunks(
+    session: AsyncSession, team_id: str, file_id: str, *, store: FileStore | None = None
+) -> AsyncIterator[bytes]:
+    """As `file_chunks`, for an answer that outlives the session: nothing is read from the database
+    after the first chunk (a file kept there is read whole), so no connection waits on the client."""
+    if store is not None and await _content_length(session, team_id, file_id) is None:
+        async for chunk in store.chunks(file_id):
+            yield chunk
+        return
     data = await file_bytes(session, team_id, file_id)
     async for chunk in database_chunks(data):
         yield chunk
