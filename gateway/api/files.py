@@ -4,8 +4,8 @@ Only purpose `batch` may be uploaded: the gateway keeps files for its Batch API.
 up to OpenAI's batch input limit (`MAX_FILE_BYTES`), above the gateway's `limits.max_body_bytes`:
 this route alone raises Litestar's body limit, and Litestar's streaming multipart parser spools the
 file to a temporary file while it arrives. Then, in one of the process's file slots
-(`files.max_concurrent`), it is copied to the store a chunk at a time: an object store takes it
-part by part; the database, whose column holds a file whole, is handed it once.
+(`files.max_concurrent`), it is copied to the store a chunk at a time (`gateway.jobs.file_store`:
+S3 in parts, PostgreSQL in one streamed COPY row).
 """
 
 from __future__ import annotations
