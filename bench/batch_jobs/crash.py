@@ -200,13 +200,7 @@ async def _crash(crashes: Crashes) -> list[Figure]:
     batch_sums = (
         (usage.input_tokens, usage.output_tokens, usage.input_tokens_details.cached_tokens) if usage else None
     )
-    # the batch's usage counts the runs lost at the kills too (their estimated prompts)
-    billed = (
-        metered.prompt_tokens + metered.lost_prompt_tokens,
-        metered.completion_tokens,
-        metered.cached_tokens,
-    )
-    exact = metered_sums == file_sums and billed == batch_sums and metered.records == files.succeeded
+    exact = metered_sums == file_sums == batch_sums and metered.records == files.succeeded
     missing = files.missing(line.custom_id for line in lines)
     errors = ", ".join(f"{code}: {count}" for code, count in files.error_codes.items()) or "none"
     return [
@@ -224,10 +218,10 @@ async def _crash(crashes: Crashes) -> list[Figure]:
         judged(NAME, "duplicate custom_ids", "0", files.duplicates, files.duplicates == 0),
         Figure(
             NAME,
-            "metered = output lines; + lost runs = batch usage (records; prompt / completion / cached tokens)",
+            "metered answered runs = output lines = batch usage (records; prompt / completion / cached tokens)",
             "exactly equal",
-            f"{metered.records:,} = {files.succeeded:,}; {metered_sums} = {file_sums}; "
-            f"+ {metered.lost_runs} lost runs: {billed} = {batch_sums}",
+            f"{metered.records:,} = {files.succeeded:,}; {metered_sums} = {file_sums} = {batch_sums}"
+            f" (and {metered.lost_runs} records of runs lost at the kills)",
             exact,
         ),
         judged(

@@ -302,7 +302,6 @@ async def close_attempt(
         return None
     if event is not None:
         await _insert_records(session, [event])
-        await session.execute(_tokens_counted(claim, [event]))
     await session.commit()
     return int(failures)
 
@@ -339,6 +338,8 @@ async def record_orphans(
     the attempt is cleared only while it names that run). False when the claim no longer holds
     the job (nothing written)."""
     held = select(BatchJob.id).where(_held_by(claim)).exists()
+    if not await session.scalar(select(held)):
+        return False
     cleared = []
     for attempt, event in orphans:
         statement = (
@@ -352,11 +353,8 @@ async def record_orphans(
             .values(_NO_ATTEMPT)
             .execution_options(synchronize_session=False)
         )
-        if _rows(await session.execute(statement)) == 1:
+        if _rows(await session.execute(statement)) == 1:  # else cleared already, or the job lost
             cleared.append(event)
-    if _rows(await session.execute(_tokens_counted(claim, cleared))) != 1:
-        await session.rollback()
-        return False
     await _insert_records(session, cleared)
     await session.commit()
     return True
@@ -417,20 +415,6 @@ async def _insert_records(session: AsyncSession, events: Sequence[UsageEvent]) -
     if events:
         dialect = session.get_bind().dialect.name
         await session.execute(_insert_ignoring_duplicates(dialect), [record_row(e) for e in events])
-
-
-def _tokens_counted(claim: Claim, events: Sequence[UsageEvent]) -> Any:
-    """The job's usage counts every record of its lines, those of runs that stored no outcome too."""
-    return (
-        update(BatchJob)
-        .where(_held_by(claim))
-        .values(
-            prompt_tokens=BatchJob.prompt_tokens + sum(e.prompt_tokens for e in events),
-            completion_tokens=BatchJob.completion_tokens + sum(e.completion_tokens for e in events),
-            cached_tokens=BatchJob.cached_tokens + sum(e.cached_tokens for e in events),
-        )
-        .execution_options(synchronize_session=False)
-    )
 
 
 def _counted(claim: Claim, finished: Sequence[tuple[LineOutcome, UsageEvent | None]]) -> Any:
