@@ -5,10 +5,15 @@ deployment, and stores each line's outcome in the ledger (`gateway.jobs.ledger`)
 in a task of its own (`JobRun`), renewing its lease every third of `jobs.lease_s` and reading its
 status every `STATUS_CHECK_S`, so that a cancel stops new lines at once. A job's id is its batch
 id: its lines go to one deployment, at batch priority, and wait there while it fails (the job
-pauses; no line fails for it). A process killed mid-job stops renewing; another claims the job
-once the lease runs out and re-runs only the lines whose outcomes were never stored. Sending one
-line is `gateway.jobs.line_sender`'s; a job whose deployment runs batches itself (`batch_execution:
-provider`) goes to the provider's own batch API instead (`gateway.jobs.provider_batches`).
+pauses; no line fails for it). Its lines are admitted by its key's limits like any request: a
+spent budget fails a line, a full rate window paces the job (`Pacing`), and a revoked or expired
+key or a deleted team, read with the status, stops it. A process killed mid-job stops renewing;
+another claims the job once the lease runs out, records once each run the dead process had
+written down and not ended (an estimate: `ledger.orphaned_attempts`), and re-runs only the lines
+whose outcomes were never stored. A line whose send breaks is caught alone and fails after
+`MAX_LINE_FAILURES`. Sending one line is `gateway.jobs.line_sender`'s; a job whose deployment runs
+batches itself (`batch_execution: provider`) goes to the provider's own batch API instead
+(`gateway.jobs.provider_batches`).
 """
 
 from __future__ import annotations
