@@ -5,23 +5,32 @@ executor and the network: a line the input checks accept, that breaks only when 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
+from gateway.auth.principal import Principal
+from gateway.db.teams import utcnow
 from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1 import UpstreamPool
 from gateway.dispatch.upstream import Reply, UpstreamClient
-from gateway.jobs.runner import MAX_LINE_FAILURES, JobRunner
+from gateway.jobs import ledger
+from gateway.jobs.ledger import LineOutcome, PendingLine
+from gateway.jobs.line_sender import BeginRun, LineRun
+from gateway.jobs.runner import MAX_LINE_FAILURES, JobRun, JobRunner
+from gateway.routing.directives import Directives
 from gateway.settings import Provider, ProviderKind
 from tests.integration.jobs_runner.conftest import (
+    JOBS,
     Owner,
     ServicesFactory,
     add_job,
     catalog_with,
     chat_body,
+    job_row,
 )
 from tests.integration.jobs_runner.test_runner_postgres import (
     assert_one_line_per_custom_id,
@@ -114,3 +123,52 @@ async def test_a_line_that_breaks_its_send_fails_alone_and_the_job_completes(
         assert served == len(records) == 39 + MAX_LINE_FAILURES
     else:  # the runs that broke before sending are recorded all the same: the gateway cannot tell
         assert served == 39 and len(records) == 39 + MAX_LINE_FAILURES
+
+
+class UnstorableSender:
+    """Answers every line at once, line 3 with a body PostgreSQL refuses to store (a NUL character
+    in text): an outcome the ledger cannot write, however often the line runs."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    async def send(
+        self, job_id: str, line: PendingLine, principal: Principal, directives: Directives, begin: BeginRun
+    ) -> LineRun:
+        self.sent.append(line.line_no)
+        body = (
+            '{"object": "chat.completion", "note": "\x00"}'
+            if line.line_no == 3
+            else '{"object": "chat.completion"}'
+        )
+        request_id = ledger.line_request_id(job_id, line.line_no, line.runs + 1)
+        return LineRun(LineOutcome(line.line_no, ledger.SUCCEEDED, 200, body, request_id, 1))
+
+    async def settle(self, principal: Principal, run: LineRun) -> None:
+        return None
+
+    async def release(self, principal: Principal, run: LineRun) -> None:
+        return None
+
+
+async def test_an_outcome_the_database_refuses_fails_its_line_alone(
+    make_services: ServicesFactory, owner: Owner
+) -> None:
+    services = make_services(catalog_with(Provider(name="mock", kind=ProviderKind.MOCK, region="eu")))
+    job_id = await add_job(services.sessions, owner, [chat_body(n) for n in range(20)])
+    async with services.sessions() as session:
+        claim = await ledger.claim_job(session, "unstorable", JOBS.lease_s, utcnow())
+    assert claim is not None
+    sender = UnstorableSender()
+
+    async with asyncio.timeout(30):
+        await JobRun(claim, services.sessions, JOBS, sender).run()
+
+    job = await job_row(services.sessions, job_id)
+    assert (job.status, job.request_completed, job.request_failed) == ("completed", 19, 1)
+    assert sender.sent.count(3) == MAX_LINE_FAILURES  # and every other line once: its group stored
+    assert all(sender.sent.count(n) == 1 for n in range(20) if n != 3)
+    errors = await file_lines(services.sessions, owner.team_id, job.error_file_id)
+    assert [(e["custom_id"], e["response"]["body"]["error"]["code"]) for e in errors] == [
+        ("req-3", "line_failed")
+    ]
