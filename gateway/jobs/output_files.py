@@ -23,6 +23,9 @@ _NEVER_RUN_MESSAGES = {
     "api_key_expired": "The API key that created the batch expired before this request ran.",
     "team_deleted": "The team of the batch was deleted before this request ran.",
     "api_key_not_found": "The API key that created the batch no longer exists; this request never ran.",
+    # a provider-run job whose estimated cost did not fit its key's or team's budget
+    "insufficient_quota": "The batch's estimated cost exceeded what was left of its budget; this request "
+    "was not submitted.",
 }
 _ENCODER = msgspec.json.Encoder()
 

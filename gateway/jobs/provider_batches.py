@@ -9,12 +9,22 @@ next round; a cancel or the job's expiry cancels the provider batch and keeps wh
 The provider batch in flight is kept in the job's `provider_batch_id` (and its deployment in
 `deployment`), so a process that takes the job over polls it instead of submitting the lines
 again. The wire of each provider's batch API is `provider_batch_api`'s.
+
+A round is bound by the job's key's and team's budgets through the same limiter as any request:
+before its batch is submitted, the estimated cost of its lines (each line's prompt as the gateway
+counts it plus the output it allows, at the batch price) is admitted as one reservation; a round
+that does not fit is not submitted and the job ends `failed` with `insufficient_quota`. Each line
+metered is settled at once, and the round's reservation is released once its results are stored.
+Rate windows do not bind the round: the provider paces the lines it runs. A revoked or expired
+key, or a deleted team, stops the job as a cancel does (the runner sets `cancelled`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import enum
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -26,10 +36,10 @@ from sqlalchemy import CursorResult, update
 from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc, utcnow
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import GatewayError, InvalidRequest, QuotaExceeded, RateLimited, ServiceUnavailable
 from gateway.jobs import ledger
 from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
-from gateway.jobs.line_sender import line_cache_key
+from gateway.jobs.line_sender import line_cache_key, pacing_s, pause_reason
 from gateway.jobs.provider_batch_api import (
     ForeignResultsUrl,
     LineResult,
@@ -40,6 +50,9 @@ from gateway.jobs.provider_batch_api import (
     chat_call,
     line_body,
 )
+from gateway.limits import Admission, Limiter, Reservation
+from gateway.limits.reservation import DEFAULT_MAX_TOKENS
+from gateway.limits.spend import MAX_BUDGET_UNITS, units_at_most
 from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import Tariff
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, estimated_tokens
@@ -58,10 +71,30 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("gateway.jobs")
 FIRST_POLL_S, MAX_POLL_S = 1.0, 30.0  # a provider batch is read at growing intervals, up to this
+# What a provider-run job ends as when a round's estimated cost does not fit its key's or team's
+# budget (the runner ends it `failed` with this code, as a key that stops it does).
+OVER_BUDGET = QuotaExceeded.code
+# A round's reservation is held below this, so that it and a counter fit in 64 bits together.
+MAX_ROUND_UNITS = MAX_BUDGET_UNITS // 2
+
+
+class Admitted(enum.Enum):
+    """What admission made of a round: submit it, the job does not fit, or wait and try again."""
+
+    YES = "yes"
+    OVER_BUDGET = "over_budget"
+    WAIT = "wait"
 
 
 class _Lost(Exception):
     """Another claim holds the job now: stop without writing anything more."""
+
+
+def budget_only(principal: Principal) -> Principal:
+    """The principal a provider-run job is admitted and settled as: its budgets bind, its rate
+    windows do not (the provider paces the lines it runs; one submission is not a minute's
+    requests and tokens)."""
+    return dataclasses.replace(principal, key_rpm=None, key_tpm=None, team_rpm=None, team_tpm=None)
 
 
 def batch_tariffs(catalog: Catalog) -> dict[tuple[str, str], Tariff]:
@@ -83,12 +116,15 @@ class ProviderBatches:
         pins: PinStore,
         health: HealthBoard,
         sessions: async_sessionmaker[AsyncSession],
+        limiter: Limiter,
         *,
         first_poll_s: float = FIRST_POLL_S,
     ) -> None:
         self._table, self._pins, self._health, self._sessions = table, pins, health, sessions
+        self._limiter = limiter
         self._tariffs = batch_tariffs(catalog)
         self._max_messages = catalog.limits.max_messages
+        self._default_max_tokens = catalog.limits.default_max_tokens
         self._pause_s = catalog.jobs.pause_s
         self._first_poll_s = first_poll_s
         self._http: httpx.AsyncClient | None = None
@@ -131,8 +167,8 @@ class ProviderBatches:
         deployment: Deployment,
         cancelled: asyncio.Event,
     ) -> str | None:
-        """Run the job's lines on the provider; what ended it (completed, cancelled, expired), or
-        None when the lease was lost."""
+        """Run the job's lines on the provider; what ended it (completed, cancelled, expired,
+        OVER_BUDGET), or None when the lease was lost."""
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(deployment.provider.timeout_s))
         provider_job = ProviderJob(
@@ -144,7 +180,9 @@ class ProviderBatches:
             api=batch_api_for(self._http, deployment.provider),
             sessions=self._sessions,
             cancelled=cancelled,
+            limiter=self._limiter,
             max_messages=self._max_messages,
+            default_max_tokens=self._default_max_tokens,
             pause_s=self._pause_s,
             first_poll_s=self._first_poll_s,
         )
@@ -171,9 +209,14 @@ class ProviderJob:
     api: ProviderBatchApi
     sessions: async_sessionmaker[AsyncSession]
     cancelled: asyncio.Event
+    limiter: Limiter
     max_messages: int
     pause_s: float
     first_poll_s: float = FIRST_POLL_S
+    default_max_tokens: int = DEFAULT_MAX_TOKENS  # a line's output when it sets no max tokens
+    # each pending line's estimate: its prompt as the gateway counts it, and the output it allows
+    estimates: dict[int, TokenUsage] = dataclasses.field(default_factory=dict)
+    held: Admission | None = None  # the reservation of the round in flight, while it is held
 
     def _ending(self) -> str | None:
         if self.cancelled.is_set():
@@ -181,6 +224,12 @@ class ProviderJob:
         return "expired" if utcnow() >= as_utc(self.job.expires_at) else None
 
     async def run(self) -> str:
+        try:
+            return await self._rounds()
+        finally:
+            await self._release()  # the lease was lost, or the job ended with a round held
+
+    async def _rounds(self) -> str:
         batch_id = self.job.provider_batch_id
         await self._remember(batch_id)
         while True:
@@ -195,6 +244,12 @@ class ProviderJob:
             if not submissions:
                 continue  # every pending line was refused before it could be sent
             stored = 0
+            if batch_id is None:
+                admitted = await self._admit(submissions)
+                if admitted is Admitted.OVER_BUDGET:
+                    return OVER_BUDGET
+                if admitted is Admitted.WAIT:
+                    continue
             try:
                 if batch_id is None:
                     batch_id = await self.api.submit(submissions)
@@ -204,7 +259,10 @@ class ProviderJob:
                 stored = await self._follow(batch_id, {s.line_no: s.call for s in submissions})
                 batch_id = None
                 await self._remember(None)
+                await self._release()  # its lines are settled: what is left of it goes back
             except ProviderBatchError as exc:
+                if batch_id is None:  # not submitted: the next round is admitted afresh
+                    await self._release()
                 if isinstance(exc, ForeignResultsUrl) and (ending := self._ending()) is not None:
                     # Results that cannot be read never will be: the job ends with what it has.
                     log.warning("provider_batch_abandoned", batch=self.job.id, reason=str(exc))
@@ -236,7 +294,58 @@ class ProviderJob:
         team_id = self.principal.team_id
         cache_key = line_cache_key(team_id, parsed, line.prefix_key) or parsed.prompt_cache_key
         call = chat_call(parsed.body, self.deployment.upstream_model, team_id, parsed.chat, cache_key)
+        per_choice = self.default_max_tokens if parsed.max_output_tokens is None else parsed.max_output_tokens
+        self.estimates[line.line_no] = TokenUsage(
+            prompt_tokens=parsed.prompt_size().tokens,
+            completion_tokens=max(per_choice, 0) * max(parsed.choices, 1),
+        )
         return Submission(line.line_no, call, line_body(call, self.deployment.provider))
+
+    def _reservation(self, submissions: list[Submission]) -> Reservation:
+        """What a round may cost at most: each line's estimate at the batch price, rounded up."""
+        usages = [self.estimates[s.line_no] for s in submissions]
+        units = sum(units_at_most(self.tariff.cost(usage)) for usage in usages)
+        tokens = sum(usage.prompt_tokens + usage.completion_tokens for usage in usages)
+        return Reservation(tokens=tokens, units=min(units, MAX_ROUND_UNITS))
+
+    async def _admit(self, submissions: list[Submission]) -> Admitted:
+        """Hold the round's estimated cost against the key's and team's budgets before it is
+        submitted, as the proxy holds a request's (the same limiter, the same rule)."""
+        principal = budget_only(self.principal)
+        if principal.unlimited:
+            return Admitted.YES  # no budget binds: nothing to hold back, the settles still count
+        try:
+            self.held = await self.limiter.admit(principal, self._reservation(submissions))
+        except QuotaExceeded as exc:  # the round does not fit what is left: it is not submitted
+            log.warning("provider_batch_over_budget", batch=self.job.id, lines=len(submissions),
+                        reason=exc.message)  # fmt: skip
+            return Admitted.OVER_BUDGET
+        except RateLimited as exc:  # the budget is held by requests in flight: wait for them
+            await self._rest(pacing_s(exc) or 1.0)
+            return Admitted.WAIT
+        except ServiceUnavailable as exc:  # a budget's counter cannot be rebuilt: wait for it
+            await self._pause(pause_reason(exc))
+            return Admitted.WAIT
+        return Admitted.YES
+
+    async def _settle(self, event: UsageEvent) -> None:
+        """A metered line settles the key's and team's spend counters at once, as any request's
+        record does; the round's reservation stays held until its last line is stored. Counters
+        lost here are rebuilt from the records, so a limiter that fails fails nothing else."""
+        try:
+            await self.limiter.settle(budget_only(self.principal), event, None)
+        except Exception as exc:
+            log.warning("batch_line_settle_failed", batch=self.job.id, error=type(exc).__name__)
+
+    async def _release(self) -> None:
+        """Give back what is left held of the round's reservation (once: then none is held)."""
+        held, self.held = self.held, None
+        if held is None:
+            return
+        try:
+            await self.limiter.release(budget_only(self.principal), held)
+        except Exception as exc:  # the hold expires on its own
+            log.warning("provider_batch_release_failed", batch=self.job.id, error=type(exc).__name__)
 
     async def _follow(self, batch_id: str, calls: dict[int, UpstreamCall]) -> int:
         """Poll the provider batch until it ends (cancelling it on a cancel or the job's expiry),
@@ -254,6 +363,7 @@ class ProviderJob:
         for result in results.values():
             outcome, event = self._outcome(result, submitted_at)
             await self._record(outcome, event)
+            await self._settle(event)
         log.info("provider_batch_ended", batch=self.job.id, provider_batch=batch_id, answered=len(results))
         return len(results)
 
@@ -269,8 +379,12 @@ class ProviderJob:
         body = result.response.body.decode()
         done = LineOutcome(result.line_no, ledger.SUCCEEDED, 200, body, request_id, 1)
         usage = result.response.usage
-        if usage is None:  # counts not reported, or not believed: the gateway's own estimate
-            estimate = TokenUsage(completion_tokens=estimated_tokens(len(result.response.body)))
+        if usage is None:  # counts not reported, or not believed: the gateway's own estimate,
+            # the prompt counted from the line's body as for any request without upstream counts
+            estimate = TokenUsage(
+                prompt_tokens=self.estimates[result.line_no].prompt_tokens,
+                completion_tokens=estimated_tokens(len(result.response.body)),
+            )
             return done, self._event(request_id, submitted_at, 200, estimate, None, UsageSource.ESTIMATED)
         return done, self._event(request_id, submitted_at, 200, usage, None, UsageSource.UPSTREAM)
 

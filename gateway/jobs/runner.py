@@ -46,7 +46,7 @@ from gateway.jobs.line_sender import (
 )
 from gateway.jobs.outcomes import OutcomeGroups
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
-from gateway.jobs.provider_batches import ProviderBatches
+from gateway.jobs.provider_batches import OVER_BUDGET, ProviderBatches
 from gateway.limits import Limiter, Reservations
 from gateway.proxy.service import ProxyService
 from gateway.routing.directives import Directives, Priority
@@ -79,6 +79,9 @@ STOPPED_MESSAGES = {
     ledger.KEY_EXPIRED: "The API key that created this batch expired; its unfinished requests never ran.",
     ledger.TEAM_DELETED: "The team of this batch was deleted; its unfinished requests never ran.",
     ledger.KEY_GONE: "The API key that created this batch no longer exists; its unfinished requests never ran.",
+    # a provider-run job whose next provider batch would cost more than the budgets have left
+    OVER_BUDGET: "The estimated cost of this batch's unfinished requests does not fit what is left of "
+    "its key's or team's monthly budget; they were not submitted.",
 }
 
 
@@ -280,6 +283,9 @@ class JobRun:
         end = await self._provider.run(self.claim, job, self._principal, placed, self._stop)
         if end is None:
             raise LeaseLost(self.claim.job_id)
+        if end == OVER_BUDGET:  # the job fails as one its key stopped does, with what it finished
+            self._stopped = self._stopped or OVER_BUDGET
+            return "failed"
         return self._ended() if end == "cancelled" else end
 
     async def _run_lines(self, job: BatchJob) -> str:
@@ -497,7 +503,7 @@ class JobRunner:
         self._table = services.table
         self._max_messages = catalog.limits.max_messages
         self._provider = ProviderBatches(
-            catalog, services.table, services.pins, services.health, services.sessions
+            catalog, services.table, services.pins, services.health, services.sessions, services.limiter
         )
         self._settings = catalog.jobs
         self._sessions = services.sessions

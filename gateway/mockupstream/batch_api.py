@@ -4,7 +4,9 @@ Message Batches.
 A batch is answered line by line with the mock's ordinary chat or messages answer
 (`answers.answer`, so prompt caching and a line body's `"mock"` overrides apply), once the
 behaviour's `batch_delay_ms` has passed since it was created; it is run when it is first read after
-that. A cancel before then ends it with none of its lines run. Everything is kept in memory.
+that. Its lines are taken to finish evenly over that delay, so a cancel before its end ends it with
+the lines finished by then answered (none, when cancelled at once) and the rest never run, as a
+provider's cancelled batch keeps its finished requests. Everything is kept in memory.
 """
 
 from __future__ import annotations
@@ -197,10 +199,10 @@ class MockBatches:
         now = time.time()
         if batch.cancelled_at is None and now < batch.ready_at:
             return
-        if batch.cancelled_at is None:
-            batch.answers = [
-                _answer_line(batch.api, cid, body, behaviour, cache) for cid, body in batch.requests
-            ]
+        finished = batch.requests
+        if batch.cancelled_at is not None:
+            finished = batch.requests[: _finished_by(batch, batch.cancelled_at)]
+        batch.answers = [_answer_line(batch.api, cid, body, behaviour, cache) for cid, body in finished]
         batch.ended_at = now
         if batch.api is Api.OPENAI:
             self._write_files(batch)
@@ -268,6 +270,15 @@ class MockBatches:
         answered = {line.custom_id: line for line in batch.answers}
         lines = [_anthropic_result(custom_id, answered.get(custom_id)) for custom_id, _ in batch.requests]
         return MockReply(200, [("content-type", "application/binary")], _jsonl(lines))
+
+
+def _finished_by(batch: FakeBatch, at: float) -> int:
+    """How many of the batch's lines (the first ones) had finished at `at`: they finish one after
+    another, evenly spread over its delay."""
+    delay = batch.ready_at - batch.created_at
+    if delay <= 0 or at >= batch.ready_at:
+        return len(batch.requests)
+    return int(len(batch.requests) * max(at - batch.created_at, 0.0) / delay)
 
 
 def _anthropic_result(custom_id: str, line: LineAnswer | None) -> dict[str, Any]:
