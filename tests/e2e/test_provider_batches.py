@@ -3,6 +3,7 @@ SDK -> `gateway serve` -> the mock upstream's OpenAI and Anthropic batch APIs ov
 
 A job completes with exactly one line per custom_id across its output and error files, the lines
 are never sent one by one, and each line's usage record is priced at the deployment's batch price.
+A job whose estimated cost does not fit its team's budget is never submitted.
 """
 
 from __future__ import annotations
@@ -225,3 +226,27 @@ def paused_reason(client: openai.OpenAI, batch_id: str) -> str | None:
     placement = client.batches.retrieve(batch_id).to_dict().get("gateway") or {}
     reason = placement.get("paused_reason")
     return reason if isinstance(reason, str) else None
+
+
+def test_a_job_over_its_teams_budget_is_never_submitted_and_fails_with_insufficient_quota(
+    stack: Stack,
+) -> None:
+    """5 lines allowing 1,000 output tokens each reserve ~$0.02 at the batch price ($4 / million):
+    more than the team's $0.001."""
+    team = create_team(stack.admin, "provider-batches-tiny-budget", monthly_budget_usd="0.001")
+    client = openai.OpenAI(base_url=stack.gateway.base_url + "/v1", api_key=team.key, max_retries=0)
+    submissions_before = len(provider_submissions(stack))
+    batch = run_job(client, [line(f"b-{i}", "chat", f"question {i}", max_tokens=1000) for i in range(5)])
+    assert batch.status == "failed", batch
+    assert batch.errors is not None and [e.code for e in batch.errors.data or []] == ["insufficient_quota"]
+    assert batch.output_file_id is not None and file_lines(client, batch.output_file_id) == []
+    errors = file_lines(client, batch.error_file_id)
+    assert [(e["custom_id"], e["error"]["code"]) for e in errors] == [
+        (f"b-{i}", "insufficient_quota") for i in range(5)
+    ]
+    assert len(provider_submissions(stack)) == submissions_before  # nothing went to the provider
+    assert batch_events(stack, batch.id) == []
+
+
+def provider_submissions(stack: Stack) -> list[dict[str, Any]]:
+    return [r for r in stack.upstream.requests() if r["method"] == "POST" and r["path"] == "/v1/batches"]

@@ -1,6 +1,7 @@
 """Batch jobs inside their key's limits, through `gateway serve` and the `openai` SDK's Batch API: a
 team's budget stops what its jobs spend, its requests/min pace them, and revoking the job's key
-stops it. Each scenario prints its exactly-once row (served upstream = records)."""
+stops it, whether the gateway runs its lines or the provider's own batch API does. Each scenario
+prints its exactly-once row (served upstream = records)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import json
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
+import redis
 from openai import OpenAI
 
-from tests.faults.conftest import FaultStack, StackFactory
+from gateway.limits.spend import from_units, spend_key
+from tests.faults.conftest import ADMIN_KEY, FaultStack, StackFactory
 from tests.faults.records import records_of, report_gap
+from tests.support.gateway import GatewayProcess
+from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -178,3 +185,97 @@ async def batch_status_as_admin(
             if status in FINAL:
                 return str(status)
             await asyncio.sleep(0.2)
+
+
+# A gateway whose `chat` runs batch jobs on the provider's own batch API (the mock's OpenAI one)
+PROVIDER_RUN_CONFIG = """
+providers:
+  - name: up-batch
+    kind: openai
+    region: us-east
+    base_url: {upstream}/v1
+    api_key: upstream-secret
+    batch_execution: provider
+models:
+  - name: chat
+    deployments:
+      - provider: up-batch
+        model: upstream-chat
+        price: {{input: 0.50, output: 1.50, batch_input: 0.25, batch_output: 0.75}}
+jobs: {{poll_interval_s: 0.2}}
+"""
+
+
+async def test_revoking_a_provider_run_jobs_key_cancels_its_provider_batch_and_bills_what_ran(
+    fault_stack: StackFactory, record_property: Callable[[str, object], None], tmp_path: Path
+) -> None:
+    """The provider's batch runs its 200 lines over 10 s; the key is revoked at ~4 s. What the
+    provider ran (its own count) has one record each, and the team's spend counter holds them."""
+    stack = fault_stack(gateways=0)
+    upstream = start_mock_upstream(batch_delay_ms=10_000)
+    config = tmp_path / "provider-run.yaml"
+    config.write_text(PROVIDER_RUN_CONFIG.format(upstream=upstream.base_url))
+    env = {"GATEWAY_DATABASE_URL": stack.database_url, "GATEWAY_REDIS_URL": stack.redis_url or "",
+           "GATEWAY_ADMIN_KEY": ADMIN_KEY, "GATEWAY_LOG_FORMAT": "json"}  # fmt: skip
+    gateway = GatewayProcess(config, env)
+    try:
+        stack.gateways.append(gateway.start())
+        with stack.admin() as admin:
+            team = admin.post(
+                "/admin/teams", json={"name": "provider-job-revoked", "monthly_budget_usd": "1"}
+            )
+            team_id = team.json()["id"]
+            created = admin.post("/admin/keys", json={"team_id": team_id, "name": "jobs"}).json()
+        client, batch_id = start_job(stack, created["key"], 200)
+        await batch_when(client, batch_id, lambda b: b.status == "in_progress")
+        await asyncio.sleep(4.0)
+        with stack.admin() as admin:
+            assert admin.delete(f"/admin/keys/{created['id']}").status_code == 200
+        revoked_at = time.monotonic()
+        status = await batch_status_as_admin(stack, batch_id, team_id)
+        stopped_in = time.monotonic() - revoked_at
+        ran, cancels = provider_batches_ran(upstream)
+    finally:
+        gateway.stop()
+        upstream.stop()
+
+    records = await records_of(stack.database_url, team_id)
+    spend = sum((r["cost"] for r in records.values()), Decimal(0))
+    counter = team_counter(stack, team_id)
+    gap = report_gap(
+        record_property,
+        "provider_job_revoked",
+        requests=200,
+        served_upstream=ran,
+        records=len(records),
+        spend=f"${spend} (the team's counter ${counter}); failed in {stopped_in:.1f} s",
+        limit="key revoked, budget $1",
+    )
+    assert status == "failed" and gap == 0 and cancels == 1
+    assert 0 < len(records) < 200 and counter == spend
+
+
+def provider_batches_ran(upstream: RunningUpstream) -> tuple[int, int]:
+    """(lines the mock's batches ran, by its own counts; cancels it was asked for)."""
+    requests = upstream.requests()
+    read = {r["path"] for r in requests if r["method"] == "GET" and r["path"].startswith("/v1/batches/")}
+    cancels = sum(1 for r in requests if r["method"] == "POST" and r["path"].endswith("/cancel"))
+    headers = {"authorization": "Bearer upstream-secret"}
+    ran = 0
+    for path in read:
+        counts = (
+            httpx.get(upstream.base_url + path, headers=headers).raise_for_status().json()["request_counts"]
+        )
+        ran += int(counts["completed"]) + int(counts["failed"])
+    return ran, cancels
+
+
+def team_counter(stack: FaultStack, team_id: str) -> Decimal:
+    """The limiter's month spend counter of the team, read from its Redis."""
+    assert stack.redis_url is not None
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        units = client.get(spend_key("team", team_id, time.strftime("%Y-%m", time.gmtime())))
+    finally:
+        client.close()
+    return from_units(int(units or 0))
