@@ -1,7 +1,8 @@
 """Jobs run on the provider's own batch API (`batch_execution: provider`) inside their key's limits,
 against the mock upstream's OpenAI batch API over real HTTP: a round is admitted against the
 budgets before it is submitted, its lines settle the spend counters as they are metered, and a key
-revoked mid-job cancels the provider batch and ends the job with what it finished."""
+revoked or expired, or a team deleted, mid-job cancels the provider batch and ends the job with
+what it finished."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from gateway.db.models import ApiKey
+from gateway.db.models import Team
 from gateway.db.teams import utcnow
 from gateway.jobs import ledger
 from gateway.jobs.line_sender import estimated_prompt
@@ -32,6 +33,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
+from tests.integration.jobs_runner.test_job_limits import STOPS
 from tests.integration.jobs_runner.test_runner_postgres import (
     FINAL,
     assert_one_line_per_custom_id,
@@ -129,8 +131,9 @@ async def test_each_metered_line_settles_the_teams_spend_and_the_rest_of_the_res
     await services.limiter.admit(principal, Reservation(units=to_units(budget - spend)))
 
 
-async def test_revoking_the_key_cancels_the_provider_batch_and_meters_the_lines_it_finished(
-    make_services: ServicesFactory, upstream: RunningUpstream
+@pytest.mark.parametrize("reason", list(STOPS))
+async def test_a_stopped_key_cancels_the_provider_batch_and_meters_the_lines_it_finished(
+    make_services: ServicesFactory, upstream: RunningUpstream, reason: str
 ) -> None:
     upstream.set_behaviour(completion_tokens=8, batch_delay_ms=6_000)  # 20 lines, one each 0.3 s
     services = make_services(provider_catalog(upstream))
@@ -145,8 +148,9 @@ async def test_revoking_the_key_cancels_the_provider_batch_and_meters_the_lines_
         provider_batch = (await job_row(services.sessions, job_id)).provider_batch_id
         await asyncio.sleep(2.0)  # about a third of its lines finish meanwhile, on the mock's clock
         async with services.sessions.begin() as session:
-            revoked = update(ApiKey).where(ApiKey.id == owner.key_id).values(revoked_at=utcnow())
-            await session.execute(revoked)
+            table, column = STOPS[reason]
+            row_id = owner.team_id if table is Team else owner.key_id
+            await session.execute(update(table).where(table.id == row_id).values({column: utcnow()}))
         revoked_at = time.monotonic()
         await eventually(lambda: status_is(services.sessions, job_id, *FINAL))
         stopped_in = time.monotonic() - revoked_at
@@ -155,15 +159,15 @@ async def test_revoking_the_key_cancels_the_provider_batch_and_meters_the_lines_
     cancels = [r for r in upstream.requests() if r["path"] == f"/v1/batches/{provider_batch}/cancel"]
     records = await usage_records(services.sessions, job_id)
     print(
-        f"\nkey revoked: the provider batch cancelled, {len(records)} of 20 lines ran, job ended in {stopped_in:.1f} s"
+        f"\n{reason}: the provider batch cancelled, {len(records)} of 20 lines ran, job ended in {stopped_in:.1f} s"
     )
-    assert job.status == "failed" and [e["code"] for e in job.errors or []] == ["api_key_revoked"]
+    assert job.status == "failed" and [e["code"] for e in job.errors or []] == [reason]
     assert len(cancels) == 1 and len(submitted(upstream)) == 1
     output = await file_lines(services.sessions, owner.team_id, job.output_file_id)
     errors = await file_lines(services.sessions, owner.team_id, job.error_file_id)
     assert_one_line_per_custom_id(output, errors, 20)
     assert 0 < len(output) == len(records) == job.request_completed < 20
-    assert {line["error"]["code"] for line in errors} == {"api_key_revoked"}
+    assert {line["error"]["code"] for line in errors} == {reason}
     # the finished lines were metered and settled: the counter holds what their records cost
     assert await team_spend(services, owner.team_id) == sum((r.cost for r in records), Decimal(0)) > 0
 
