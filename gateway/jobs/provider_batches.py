@@ -15,8 +15,9 @@ before its batch is submitted, the estimated cost of its lines (each line's prom
 counts it plus the output it allows, at the batch price) is admitted as one reservation; a round
 that does not fit is not submitted and the job ends `failed` with `insufficient_quota`. Each line
 metered is settled at once, and the round's reservation is released once its results are stored.
-Rate windows do not bind the round: the provider paces the lines it runs. A revoked or expired
-key, or a deleted team, stops the job as a cancel does (the runner sets `cancelled`).
+The budgets are the key's as the runner last read them (every 0.5 s). Rate windows do not bind
+the round: the provider paces the lines it runs. A revoked or expired key, or a deleted team,
+stops the job as a cancel does (the runner sets `cancelled`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import dataclasses
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -166,15 +168,18 @@ class ProviderBatches:
         principal: Principal,
         deployment: Deployment,
         cancelled: asyncio.Event,
+        limits: Callable[[], Principal] | None = None,
     ) -> str | None:
         """Run the job's lines on the provider; what ended it (completed, cancelled, expired,
-        OVER_BUDGET), or None when the lease was lost."""
+        OVER_BUDGET), or None when the lease was lost. `limits`: the key as last read (its
+        budgets may change while the job runs); None: `principal` throughout."""
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=httpx.Timeout(deployment.provider.timeout_s))
         provider_job = ProviderJob(
             claim=claim,
             job=job,
             principal=principal,
+            limits=limits,
             deployment=deployment,
             tariff=self._tariffs[(deployment.model, deployment.id)],
             api=batch_api_for(self._http, deployment.provider),
@@ -204,6 +209,7 @@ class ProviderJob:
     claim: Claim
     job: BatchJob
     principal: Principal
+    limits: Callable[[], Principal] | None  # the key's limits as last read, when they are read
     deployment: Deployment
     tariff: Tariff  # the deployment's batch price
     api: ProviderBatchApi
@@ -217,6 +223,10 @@ class ProviderJob:
     # each pending line's estimate: its prompt as the gateway counts it, and the output it allows
     estimates: dict[int, TokenUsage] = dataclasses.field(default_factory=dict)
     held: Admission | None = None  # the reservation of the round in flight, while it is held
+
+    def _bound(self) -> Principal:
+        """The key as its budgets bind the job now, without its rate windows (`budget_only`)."""
+        return budget_only(self.limits() if self.limits is not None else self.principal)
 
     def _ending(self) -> str | None:
         if self.cancelled.is_set():
@@ -311,7 +321,7 @@ class ProviderJob:
     async def _admit(self, submissions: list[Submission]) -> Admitted:
         """Hold the round's estimated cost against the key's and team's budgets before it is
         submitted, as the proxy holds a request's (the same limiter, the same rule)."""
-        principal = budget_only(self.principal)
+        principal = self._bound()
         if principal.unlimited:
             return Admitted.YES  # no budget binds: nothing to hold back, the settles still count
         try:
@@ -333,7 +343,7 @@ class ProviderJob:
         record does; the round's reservation stays held until its last line is stored. Counters
         lost here are rebuilt from the records, so a limiter that fails fails nothing else."""
         try:
-            await self.limiter.settle(budget_only(self.principal), event, None)
+            await self.limiter.settle(self._bound(), event, None)
         except Exception as exc:
             log.warning("batch_line_settle_failed", batch=self.job.id, error=type(exc).__name__)
 
@@ -343,7 +353,7 @@ class ProviderJob:
         if held is None:
             return
         try:
-            await self.limiter.release(budget_only(self.principal), held)
+            await self.limiter.release(self._bound(), held)
         except Exception as exc:  # the hold expires on its own
             log.warning("provider_batch_release_failed", batch=self.job.id, error=type(exc).__name__)
 

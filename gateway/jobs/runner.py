@@ -280,7 +280,10 @@ class JobRun:
         placed = await self._provider.placement(job, self._principal, job_directives(job))
         if placed is None:
             return await self._run_lines(job)
-        end = await self._provider.run(self.claim, job, self._principal, placed, self._stop)
+        principal = self._principal
+        end = await self._provider.run(
+            self.claim, job, principal, placed, self._stop, limits=lambda: self._principal or principal
+        )
         if end is None:
             raise LeaseLost(self.claim.job_id)
         if end == OVER_BUDGET:  # the job fails as one its key stopped does, with what it finished

@@ -131,6 +131,38 @@ async def test_each_metered_line_settles_the_teams_spend_and_the_rest_of_the_res
     await services.limiter.admit(principal, Reservation(units=to_units(budget - spend)))
 
 
+async def test_a_budget_lowered_while_the_job_runs_binds_its_next_round(
+    make_services: ServicesFactory, upstream: RunningUpstream
+) -> None:
+    services = make_services(provider_catalog(upstream))
+    owner = await new_owner(services, monthly_budget_usd=Decimal(1))
+    failing = {"fail_rate": 1, "fail_status": 500}  # the provider fails it: it goes in every round
+    bodies = [chat_body(0, max_tokens=100), chat_body(1, max_tokens=100, mock=failing)]
+    job_id = await add_job(services.sessions, owner, bodies)
+
+    async def rounds_at_least(count: int) -> bool:
+        return len(submitted(upstream)) >= count
+
+    async with running(JobRunner(services)):
+        await eventually(lambda: rounds_at_least(2))
+        async with services.sessions.begin() as session:
+            lowered = (
+                update(Team).where(Team.id == owner.team_id).values(monthly_budget_usd=Decimal("0.000001"))
+            )
+            await session.execute(lowered)
+        await eventually(lambda: status_is(services.sessions, job_id, *FINAL))
+    job = await job_row(services.sessions, job_id)
+
+    print(f"\nthe budget lowered mid-job: {len(submitted(upstream))} rounds, then {job.status}")
+    assert job.status == "failed" and [e["code"] for e in job.errors or []] == ["insufficient_quota"]
+    output = await file_lines(services.sessions, owner.team_id, job.output_file_id)
+    errors = await file_lines(services.sessions, owner.team_id, job.error_file_id)
+    assert [line["custom_id"] for line in output] == ["req-0"]
+    assert [(line["custom_id"], line["error"]["code"]) for line in errors] == [
+        ("req-1", "insufficient_quota")
+    ]
+
+
 @pytest.mark.parametrize("reason", list(STOPS))
 async def test_a_stopped_key_cancels_the_provider_batch_and_meters_the_lines_it_finished(
     make_services: ServicesFactory, upstream: RunningUpstream, reason: str
