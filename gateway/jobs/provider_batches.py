@@ -14,7 +14,9 @@ A round is bound by the job's key's and team's budgets through the same limiter 
 before its batch is submitted, the estimated cost of its lines (each line's prompt as the gateway
 counts it plus the output it allows, at the batch price) is admitted as one reservation; a round
 that does not fit is not submitted and the job ends `failed` with `insufficient_quota`. Each line
-metered is settled at once, and the round's reservation is released once its results are stored.
+metered is settled at once, and the round's reservation is released once its results are stored;
+while the provider runs it, it is held afresh every third of `limits.reservation_ttl_s`, which a
+hold would otherwise not outlive.
 The budgets are the key's as the runner last read them (every 0.5 s). Rate windows do not bind
 the round: the provider paces the lines it runs. A revoked or expired key, or a deleted team,
 stops the job as a cancel does (the runner sets `cancelled`).
@@ -53,6 +55,7 @@ from gateway.jobs.provider_batch_api import (
     line_body,
 )
 from gateway.limits import Admission, Limiter, Reservation
+from gateway.limits.holds import HOLD_TTL_S
 from gateway.limits.reservation import DEFAULT_MAX_TOKENS
 from gateway.limits.spend import MAX_BUDGET_UNITS, units_at_most
 from gateway.metering.events import UsageEvent, UsageSource
@@ -127,6 +130,7 @@ class ProviderBatches:
         self._tariffs = batch_tariffs(catalog)
         self._max_messages = catalog.limits.max_messages
         self._default_max_tokens = catalog.limits.default_max_tokens
+        self._hold_renew_s = catalog.limits.reservation_ttl_s / 3
         self._pause_s = catalog.jobs.pause_s
         self._first_poll_s = first_poll_s
         self._http: httpx.AsyncClient | None = None
@@ -188,6 +192,7 @@ class ProviderBatches:
             limiter=self._limiter,
             max_messages=self._max_messages,
             default_max_tokens=self._default_max_tokens,
+            hold_renew_s=self._hold_renew_s,
             pause_s=self._pause_s,
             first_poll_s=self._first_poll_s,
         )
@@ -223,6 +228,8 @@ class ProviderJob:
     # each pending line's estimate: its prompt as the gateway counts it, and the output it allows
     estimates: dict[int, TokenUsage] = dataclasses.field(default_factory=dict)
     held: Admission | None = None  # the reservation of the round in flight, while it is held
+    held_at: float = 0.0  # when it was (last) admitted, on the monotonic clock
+    hold_renew_s: float = HOLD_TTL_S / 3  # how often it is held afresh, within a hold's lifetime
 
     def _bound(self) -> Principal:
         """The key as its budgets bind the job now, without its rate windows (`budget_only`)."""
@@ -326,6 +333,7 @@ class ProviderJob:
             return Admitted.YES  # no budget binds: nothing to hold back, the settles still count
         try:
             self.held = await self.limiter.admit(principal, self._reservation(submissions))
+            self.held_at = time.monotonic()
         except QuotaExceeded as exc:  # the round does not fit what is left: it is not submitted
             log.warning("provider_batch_over_budget", batch=self.job.id, lines=len(submissions),
                         reason=exc.message)  # fmt: skip
@@ -337,6 +345,21 @@ class ProviderJob:
             await self._pause(pause_reason(exc))
             return Admitted.WAIT
         return Admitted.YES
+
+    async def _renew(self) -> None:
+        """Hold the round's reservation afresh before the limiter lets it lapse (a hold lives
+        `limits.reservation_ttl_s`; a provider batch may run for hours). When the budget has no
+        more room for it (other requests of the team took it meanwhile), the round goes on unheld:
+        its lines are with the provider already, and each still settles as it is stored."""
+        if self.held is None or time.monotonic() - self.held_at < self.hold_renew_s:
+            return
+        reservation = self.held.reservation
+        await self._release()
+        try:
+            self.held = await self.limiter.admit(self._bound(), reservation)
+            self.held_at = time.monotonic()
+        except GatewayError as exc:
+            log.warning("provider_batch_unheld", batch=self.job.id, reason=exc.code)
 
     async def _settle(self, event: UsageEvent) -> None:
         """A metered line settles the key's and team's spend counters at once, as any request's
@@ -367,7 +390,8 @@ class ProviderJob:
                 await self.api.cancel(batch_id)
                 cancel_sent = True
                 continue
-            await self._rest(delay)
+            await self._rest(min(delay, self.hold_renew_s))
+            await self._renew()
             delay = min(delay * 2, MAX_POLL_S)
         results = {result.line_no: result for result in await self.api.results(state, calls)}
         for result in results.values():

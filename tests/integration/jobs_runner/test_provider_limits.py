@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 import pytest
 from sqlalchemy import update
 
 from gateway.db.models import Team
 from gateway.db.teams import utcnow
+from gateway.errors import QuotaExceeded, RateLimited
 from gateway.jobs import ledger
 from gateway.jobs.line_sender import estimated_prompt
 from gateway.jobs.runner import DEFAULT_MAX_MESSAGES, JobRunner
@@ -129,6 +131,39 @@ async def test_each_metered_line_settles_the_teams_spend_and_the_rest_of_the_res
         principal = (await ledger.key_standing(session, owner.key_id, time.time())).principal
     assert principal is not None
     await services.limiter.admit(principal, Reservation(units=to_units(budget - spend)))
+
+
+async def test_a_provider_batch_outliving_a_holds_lifetime_still_holds_its_reservation(
+    make_services: ServicesFactory, upstream: RunningUpstream
+) -> None:
+    """Holds last 2 s here; the provider's batch runs 6 s. At 4 s the job's reservation (~$0.006 of
+    the team's $0.01) is still held: a request reserving $0.005 does not fit beside it."""
+    upstream.set_behaviour(completion_tokens=8, batch_delay_ms=6_000)
+    catalog = provider_catalog(upstream)
+    catalog = msgspec.structs.replace(
+        catalog, limits=msgspec.structs.replace(catalog.limits, reservation_ttl_s=2.0)
+    )
+    services = make_services(catalog)
+    owner = await new_owner(services, monthly_budget_usd=Decimal("0.01"))
+    job_id = await add_job(services.sessions, owner, [chat_body(n, max_tokens=1000) for n in range(6)])
+
+    async def provider_batch_submitted() -> bool:
+        return (await job_row(services.sessions, job_id)).provider_batch_id is not None
+
+    async with running(JobRunner(services)):
+        await eventually(provider_batch_submitted)
+        await asyncio.sleep(4.0)  # twice a hold's lifetime
+        async with services.sessions() as session:
+            principal = (await ledger.key_standing(session, owner.key_id, time.time())).principal
+        assert principal is not None
+        with pytest.raises(RateLimited) as refused:
+            await services.limiter.admit(principal, Reservation(units=to_units(Decimal("0.005"))))
+        await eventually(lambda: status_is(services.sessions, job_id, *FINAL))
+    job = await job_row(services.sessions, job_id)
+
+    print(f"\na request beside a 6 s provider batch, holds of 2 s: {refused.value.message}")
+    assert not isinstance(refused.value, QuotaExceeded)  # held by the job, not spent
+    assert (job.status, job.request_completed) == ("completed", 6)
 
 
 async def test_a_budget_lowered_while_the_job_runs_binds_its_next_round(
