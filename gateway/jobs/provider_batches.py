@@ -16,10 +16,9 @@ counts it plus the output it allows, at the batch price) is admitted as one rese
 that does not fit is not submitted and the job ends `failed` with `insufficient_quota`. Each line
 metered is settled at once, and the round's reservation is released once its results are stored;
 while the provider runs it, it is held afresh every third of `limits.reservation_ttl_s`, which a
-hold would otherwise not outlive.
-The budgets are the key's as the runner last read them (every 0.5 s). Rate windows do not bind
-the round: the provider paces the lines it runs. A revoked or expired key, or a deleted team,
-stops the job as a cancel does (the runner sets `cancelled`).
+hold would otherwise not outlive. The budgets are the key's as the runner last read them (every
+0.5 s). Rate windows do not bind the round: the provider paces the lines it runs. A revoked or
+expired key, or a deleted team, stops the job as a cancel does (the runner sets `cancelled`).
 """
 
 from __future__ import annotations
@@ -358,8 +357,8 @@ class ProviderJob:
         try:
             self.held = await self.limiter.admit(self._bound(), reservation)
             self.held_at = time.monotonic()
-        except GatewayError as exc:
-            log.warning("provider_batch_unheld", batch=self.job.id, reason=exc.code)
+        except Exception as exc:  # refused (the budget has no room), or the limiter failed
+            log.warning("provider_batch_unheld", batch=self.job.id, error=type(exc).__name__)
 
     async def _settle(self, event: UsageEvent) -> None:
         """A metered line settles the key's and team's spend counters at once, as any request's
