@@ -54,6 +54,7 @@ from gateway.scheduling.permits import PermitBank
 from gateway.scheduling.redis_permits import RedisPermits
 from gateway.scheduling.scheduler import Scheduler
 from gateway.settings import Catalog, ProviderKind, Settings
+from gateway.telemetry import Telemetry, open_telemetry
 
 log = structlog.get_logger("gateway.services")
 HEALTH_REFRESH_S = 1.0
@@ -90,6 +91,7 @@ class Services:
     # (GATEWAY_DATABASE_READ_URL, the primary's while it is unreachable) or, without one, the primary's
     read_engine: AsyncEngine | None = None
     report_sessions: SessionSource | None = None
+    telemetry: Telemetry | None = None  # OpenTelemetry traces and GenAI metrics; None: not configured
 
     def start_background(self) -> None:
         self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
@@ -152,6 +154,8 @@ class Services:
         if self.read_engine is not None and self.read_engine is not self.engine:
             await self.read_engine.dispose()
         await self.engine.dispose()
+        if self.telemetry is not None:  # the last spans and metrics out (the SDK blocks while it sends)
+            await asyncio.to_thread(self.telemetry.shutdown)
 
 
 async def warn_if_redis_forgets(redis: RedisClient) -> None:
@@ -221,7 +225,15 @@ def open_services(settings: Settings) -> Services:
         catalog, permit_bank(catalog, redis, batcher), observe_wait=metrics.observe_queue_wait
     )
     metrics.watch_scheduler(scheduler)
-    executor = Executor(catalog, health, UpstreamPool(), mock=in_process_mock(catalog), scheduler=scheduler)
+    telemetry = open_telemetry(settings)  # in the lifespan: each worker its own, after the fork
+    executor = Executor(
+        catalog,
+        health,
+        UpstreamPool(),
+        mock=in_process_mock(catalog),
+        scheduler=scheduler,
+        telemetry=telemetry,
+    )
     proxy = ProxyService(
         table,
         pins,
@@ -265,7 +277,9 @@ def open_services(settings: Settings) -> Services:
             catalog.limits.max_messages,
             Reservations(table, catalog.limits.default_max_tokens),
             KeyStreams(catalog.limits.max_streams_per_key),
+            telemetry,
         ),
+        telemetry=telemetry,
         file_store=open_file_store(catalog.files),
         file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),
     )

@@ -100,6 +100,11 @@ class Settings(msgspec.Struct, frozen=True):
     # GATEWAY_TRUSTED_PROXIES: the addresses and networks (CIDR) of the reverse proxies whose
     # X-Forwarded-For/-Proto/-Host are believed (gateway.server.forwarded); none by default
     trusted_proxies: tuple[str, ...] = ()
+    # OpenTelemetry (gateway.telemetry): traces, and the GenAI metrics, exported over OTLP/HTTP when
+    # an endpoint is set for them (OTEL_EXPORTER_OTLP_ENDPOINT or the signal's own) and neither
+    # OTEL_SDK_DISABLED=true nor OTEL_<SIGNAL>_EXPORTER=none; the SDK reads the other OTEL_* itself
+    otel_traces: bool = False
+    otel_metrics: bool = False
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
@@ -157,7 +162,18 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         run_jobs=_bool_env(env, "GATEWAY_RUN_JOBS", True),
         metrics_dir=env.get("PROMETHEUS_MULTIPROC_DIR") or None,
         trusted_proxies=_networks_env(env, "GATEWAY_TRUSTED_PROXIES"),
+        otel_traces=_otlp_exports(env, "TRACES"),
+        otel_metrics=_otlp_exports(env, "METRICS"),
     )
+
+
+def _otlp_exports(env: dict[str, str], signal: str) -> bool:
+    """Whether the standard OpenTelemetry variables ask for `signal` (TRACES, METRICS) over OTLP."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get(f"OTEL_{signal}_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
 
 
 DEFAULT_CONFIG = "config/gateway.yaml"

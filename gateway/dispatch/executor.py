@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
@@ -40,6 +40,9 @@ from gateway.scheduling.gate import Grant
 from gateway.scheduling.scheduler import Scheduler
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
+
+if TYPE_CHECKING:
+    from gateway.telemetry import RequestTrace, Telemetry
 
 T = TypeVar("T")
 
@@ -63,6 +66,7 @@ class Attempts:
     queue_s: float = 0.0  # time spent waiting for capacity (excluded from the overhead too)
     ttft_s: float | None = None  # to a stream's first frames, or a measured answer's first token
     errors: list[str] = field(default_factory=list)
+    trace: RequestTrace | None = None  # the request's spans, while telemetry is on (gateway.telemetry)
 
 
 class Executor:
@@ -77,6 +81,7 @@ class Executor:
         mock: UpstreamClient | None = None,
         scheduler: Scheduler | None = None,
         rng: random.Random | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if mock is None and any(p.kind is ProviderKind.MOCK for p in catalog.providers):
             raise ValueError("The catalog has a mock provider: give the executor its in-process client")
@@ -87,6 +92,8 @@ class Executor:
         self._network = network
         self._mock = mock
         self.scheduler = scheduler or Scheduler(catalog)
+        # this process's traces and GenAI metrics (None: off), for every proxy sending through it
+        self.telemetry = telemetry
         # Resolved once per provider and endpoint, the first time one is asked for.
         self._adapters: dict[tuple[str, Endpoint], ProviderAdapter] = {}
 
@@ -135,7 +142,7 @@ class Executor:
 
         measured = measures_ttft(deployment.provider, call)
 
-        async def once(grant: Grant) -> UpstreamResponse:
+        async def once(grant: Grant, call: UpstreamCall) -> UpstreamResponse:
             started = time.perf_counter()
             try:  # a request the adapter refuses to build (a 400) gives its permit back too
                 adapter, request = self._build(deployment, as_stream(call) if measured else call, grant)
@@ -161,19 +168,23 @@ class Executor:
         ticket: Ticket,
         attempts: Attempts,
         max_attempts: int,
-        once: Callable[[Grant], Awaitable[T]],
+        once: Callable[[Grant, UpstreamCall], Awaitable[T]],
     ) -> T:
         """Run `once` until it succeeds, fails for good, or the attempts on this deployment run out.
 
         Each attempt first takes a permit from the scheduler (waiting for one if the replicas are
-        at capacity); `once` owns it from then on and releases it when the request has ended."""
+        at capacity); `once` owns it from then on and releases it when the request has ended.
+        Traced, each attempt is a span, and `once` is given the call with its trace context."""
         for attempt in range(1, max_attempts + 1):
             grant = await self.scheduler.enter(deployment.provider, call.cache_key, ticket)
             attempts.queue_s += grant.queue_s
             attempts.count += 1
+            span = (
+                None if attempts.trace is None else attempts.trace.attempt(deployment, attempts.count, grant)
+            )
             started = time.perf_counter()
             try:
-                result = await once(grant)
+                result = await (once(grant, call) if span is None else span.run(once, grant, call))
             except InvalidRequest:
                 # The adapter refused to build the request: nothing went upstream, so this was no
                 # attempt (no usage record, the caller's reservation released).
@@ -260,7 +271,7 @@ class Executor:
         """Start a stream and read it up to its first frames; failures before then may be retried.
         The stream holds its permit until it is closed."""
 
-        async def once(grant: Grant) -> OpenStream:
+        async def once(grant: Grant, call: UpstreamCall) -> OpenStream:
             started = time.perf_counter()
             stream = await self._first_frames(deployment, call, grant)
             attempts.ttft_s = time.perf_counter() - started

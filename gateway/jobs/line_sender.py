@@ -5,7 +5,8 @@ A line either has an outcome to store (it succeeded, the request itself was refu
 is spent), or the job must wait (the pinned deployment is at fault: a pause; a rate window is full:
 pacing), or the send broke (an error the gateway did not expect; the runner counts it against the
 line). Each line carries a cache key, so that the scheduler's replica affinity keeps the lines
-sharing a prompt prefix on one replica.
+sharing a prompt prefix on one replica. With telemetry on, each line's span is a child in its job's
+trace (`gateway.telemetry.recorder.job_context`).
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ class RunsWrittenFirst:
 
     def __init__(self, executor: Dispatcher) -> None:
         self._executor = executor
+        # the executor's telemetry, which the jobs' proxy takes from its dispatcher (gateway.telemetry)
+        self.telemetry = getattr(executor, "telemetry", None)
 
     async def send(
         self,
@@ -241,6 +244,10 @@ class LineSender:
             attempts.begun = Begun(request_id, deployment, ctx.created_at)
 
         attempts.begin = begun
+        if self.proxy.telemetry is not None:  # the line's span, a child in its job's trace
+            attempts.trace = self.proxy.telemetry.job_line(
+                request_id, ctx.principal, ctx.parsed, ctx.directives
+            )
         try:
             completed = await self.proxy.complete(ctx)
         except GatewayError as exc:
@@ -250,6 +257,8 @@ class LineSender:
             return LineRun(_failed(line, request_id, exc, attempts.count), event, admission=ctx.admission)
         except BaseException as exc:
             self.usage.take(request_id)  # a cancelled send leaves its run to be recovered
+            if attempts.trace is not None:
+                attempts.trace.fail(exc)
             if not isinstance(exc, Exception) or isinstance(exc, ledger.LeaseLost):
                 raise
             # Whether the request went out before it broke is not known: once its run began, the

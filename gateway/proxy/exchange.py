@@ -28,6 +28,7 @@ from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import LimitSettings
+from gateway.telemetry import Telemetry
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -107,6 +108,7 @@ class ProxyPipeline:
     reservations: Reservations  # what admission reserves for a request (gateway.limits.reservation)
     # the streams each key has in flight at this process (limits.max_streams_per_key)
     streams: KeyStreams = field(default_factory=lambda: KeyStreams(LimitSettings().max_streams_per_key))
+    telemetry: Telemetry | None = None  # traces and GenAI metrics (gateway.telemetry); None: off
 
     async def run(
         self,
@@ -129,7 +131,16 @@ class ProxyPipeline:
             if principal.unlimited
             else self.reservations.priced(parsed.model, allowed)
         )
-        admission = await self.limiter.admit(principal, reservation)
+        correlation = read_correlation(headers)
+        trace = None
+        if self.telemetry is not None:  # off: nothing of OpenTelemetry is made for a request
+            trace = self.telemetry.request(exchange.request_id, principal, parsed, directives, correlation)
+        try:
+            admission = await self.limiter.admit(principal, reservation)
+        except BaseException as exc:
+            if trace is not None:
+                trace.fail(exc)
+            raise
         ticket = Ticket(
             principal.team_id,
             principal.team_weight,
@@ -144,8 +155,9 @@ class ProxyPipeline:
             directives,
             ticket,
             admission=admission,
-            correlation=read_correlation(headers),
+            correlation=correlation,
         )
+        ctx.attempts.trace = trace
         outcome: OpenStream | Completed
         slot = None  # a stream's place among its key's streams in flight, until its relay closes
         try:
@@ -163,6 +175,8 @@ class ProxyPipeline:
                     exc.headers["x-gateway-upstream-model"] = ctx.deployment.upstream_model
             if isinstance(exc, (QueueFull, QueueTimeout)) and ctx.deployment is not None:
                 self.metrics.requests_shed.labels(ctx.deployment.provider.name, exc.code).inc()
+            if trace is not None:  # ended here unless its usage event ended it
+                trace.fail(exc)
             if ctx.attempts.count == 0:  # never reached an upstream: no usage event will settle it
                 await self.limiter.release(principal, admission)
             raise

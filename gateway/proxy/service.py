@@ -53,6 +53,7 @@ from gateway.routing.pins import PinStore
 from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import RetrySettings
+from gateway.telemetry import Telemetry
 
 log = structlog.get_logger("gateway.proxy")
 
@@ -145,6 +146,8 @@ class ProxyService:
         self._on_event = on_event
         self._settle = settle
         self._response_owners = response_owners  # who may name a stored Response (None: anyone)
+        # the executor's traces and GenAI metrics: the serving proxy and the jobs' share one executor
+        self.telemetry: Telemetry | None = getattr(executor, "telemetry", None)
         self.pins_degraded = False
 
     # --- routing ----------------------------------------------------------------------------
@@ -258,6 +261,8 @@ class ProxyService:
             response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
         except GatewayError as exc:
             await self._meter_failure(ctx, exc)
+            if ctx.attempts.trace is not None:  # not metered: no upstream reached
+                ctx.attempts.trace.fail(exc)
             raise
         assert ctx.deployment is not None
         usage, source, cost = response.usage, UsageSource.UPSTREAM, response.cost
@@ -279,6 +284,8 @@ class ProxyService:
             stream: OpenStream = await self._dispatch(ctx, self._executor.open_stream)
         except GatewayError as exc:
             await self._meter_failure(ctx, exc)
+            if ctx.attempts.trace is not None:  # not metered: no upstream reached
+                ctx.attempts.trace.fail(exc)
             raise
         return stream
 
@@ -390,6 +397,8 @@ class ProxyService:
             await self._response_owners.remember(team_id, response_id)
         if self._on_event is not None:
             self._on_event(event)
+        if ctx.attempts.trace is not None:
+            ctx.attempts.trace.finish(event, deployment)
         log_request(
             {
                 "request_id": ctx.request_id,
