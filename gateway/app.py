@@ -73,6 +73,17 @@ def internal_error_handler(request: Request, exc: Exception) -> Response[bytes]:
     return _response(internal_error_reply(exc, _request_id(request), request.url.path))
 
 
+def answer_options(request: Request) -> Response[None] | None:
+    """OPTIONS answered with every method the path takes. Litestar makes a path's OPTIONS handler
+    when the path's first handler is registered and keeps it when another is added for the same
+    path, so its own `Allow` names only the first handler's methods."""
+    if request.method != "OPTIONS":
+        return None
+    paths = request.route_handler.paths
+    methods = {method for route in request.app.routes if route.path in paths for method in route.methods}
+    return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(methods))})
+
+
 def create_app(settings: Settings, *, on_started: Callable[[], None] | None = None) -> Litestar:
     """`on_started`: called once the services are open (a server tunes its process there)."""
     configure_logging(settings.log_format)
@@ -108,6 +119,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             console_router(settings),
         ],
         lifespan=[lifespan],
+        before_request=answer_options,
         exception_handlers={
             GatewayError: gateway_error_handler,
             HTTPException: http_error_handler,

@@ -10,17 +10,17 @@ one past cancelling (`finalizing`, `completed`, `failed`, `expired`) is a 409 `c
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from gateway.api.admin.body import decode_body
 from gateway.api.files import authenticated
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema
-from gateway.api.query_params import page_size, path_id, text_param
+from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
 from gateway.jobs import batches
@@ -42,6 +42,26 @@ from gateway.services import services_of
 JSON = "application/json"
 DEFAULT_PAGE, MAX_PAGE = 20, 100  # OpenAI's
 _PIN_HEADERS = [h for h in DIRECTIVE_HEADERS if h["name"] in ("X-Gateway-Region", "X-Gateway-Provider")]
+
+
+def _create_body() -> dict[str, Any]:
+    """BatchCreate's schema with the endpoints, windows and metadata bounds the jobs module holds to."""
+    schema = json_schema(BatchCreate)
+    fields = schema["properties"]
+    fields["endpoint"] = {"enum": sorted(batches.ENDPOINTS)}
+    fields["completion_window"] = {"enum": list(batches.COMPLETION_WINDOWS)}
+    fields["metadata"] = {
+        "anyOf": [
+            {
+                "type": "object",
+                "maxProperties": batches.MAX_METADATA_PAIRS,
+                "propertyNames": {"maxLength": batches.MAX_METADATA_KEY},
+                "additionalProperties": {"type": "string", "maxLength": batches.MAX_METADATA_VALUE},
+            },
+            {"type": "null"},
+        ]
+    }
+    return schema
 
 
 def _unix(moment: datetime | None) -> int | UnsetType:
@@ -94,9 +114,7 @@ def _json(payload: object) -> Response[bytes]:
 @post(
     "/v1/batches",
     status_code=200,
-    operation_class=documented(
-        body=json_schema(BatchCreate), response=json_schema(Batch), headers=_PIN_HEADERS
-    ),
+    operation_class=documented(body=_create_body(), response=json_schema(Batch), headers=_PIN_HEADERS),
 )
 async def create_batch(request: Request) -> Response[bytes]:
     """A bad input file still makes a batch: `failed`, its `errors` naming the lines."""
@@ -118,10 +136,8 @@ async def create_batch(request: Request) -> Response[bytes]:
 @get("/v1/batches", operation_class=documented(response=json_schema(BatchList)))
 async def list_batches(
     request: Request,
-    limit: Annotated[
-        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
-    ] = None,
-    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+    limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
+    after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
     principal = await authenticated(request)
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)

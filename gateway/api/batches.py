@@ -13,12 +13,12 @@ from typing import Annotated
 
 import msgspec
 from litestar import Request, Response, delete, get
-from litestar.params import FromPath, QueryParameter
+from litestar.params import Parameter
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api.openapi_bodies import documented, json_schema
-from gateway.api.query_params import page_size, text_param
+from gateway.api.query_params import documented_limit, documented_query, page_size, text_param
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.batches import get_job
 from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
@@ -82,6 +82,10 @@ class BatchDeleted(msgspec.Struct):
     object: str = "gateway.batch"
 
 
+# `_batch_id`'s rule, for the OpenAPI document
+BatchIdParam = Annotated[str, Parameter(schema_extra={"type": "string", "pattern": f"^{BATCH_ID.pattern}$"})]
+
+
 def _batch_id(batch_id: str) -> str:
     if not BATCH_ID.fullmatch(batch_id):
         raise InvalidRequest("A batch id is 1-128 characters of A-Za-z0-9._:-", param="batch_id")
@@ -105,10 +109,8 @@ def _json(payload: object) -> Response[bytes]:
 @get("/v1/gateway/batches", operation_class=documented(response=json_schema(BatchSummaryList)))
 async def list_batches(
     request: Request,
-    limit: Annotated[
-        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
-    ] = None,
-    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+    limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
+    after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
     """The team's batches, newest first: those of its usage records and its Batch API jobs."""
     services = services_of(request)
@@ -133,7 +135,7 @@ async def list_batches(
 
 
 @get("/v1/gateway/batches/{batch_id:str}", operation_class=documented(response=json_schema(BatchView)))
-async def get_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
+async def get_batch(request: Request, batch_id: BatchIdParam) -> Response[bytes]:
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     team_id, batch_id = principal.team_id, _batch_id(batch_id)
@@ -217,7 +219,7 @@ async def _recorded_fields(
     status_code=200,
     operation_class=documented(response=json_schema(BatchDeleted)),
 )
-async def delete_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
+async def delete_batch(request: Request, batch_id: BatchIdParam) -> Response[bytes]:
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     if not await services.pins.delete(principal.team_id, _batch_id(batch_id)):

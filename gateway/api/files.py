@@ -19,12 +19,12 @@ from typing import IO, Annotated
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import UploadFile
-from litestar.params import FromPath, QueryParameter
+from litestar.params import FromPath
 from litestar.response import Stream
 from msgspec import UNSET
 
 from gateway.api.openapi_bodies import documented, json_schema
-from gateway.api.query_params import page_size, path_id, text_param
+from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.auth.principal import Principal
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
@@ -39,6 +39,14 @@ MAX_FILE_BYTES = 200 * 1024 * 1024  # OpenAI's limit for a batch input file
 MULTIPART_SLACK_BYTES = 64 * 1024  # the boundaries and part headers around the file
 UPLOAD_CHUNK_BYTES = 1024 * 1024  # read from the spooled upload at a time
 UPLOAD_PURPOSES = (files.BATCH_INPUT,)
+UPLOAD_FORM = {
+    "type": "object",
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "The JSONL input of a batch."},
+        "purpose": {"enum": list(UPLOAD_PURPOSES)},
+    },
+    "required": ["file", "purpose"],
+}
 MAX_FILENAME = 512  # StoredFile.filename's column
 DEFAULT_PAGE = MAX_PAGE = 10_000  # OpenAI's default and maximum
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
@@ -109,7 +117,9 @@ async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
     "/v1/files",
     status_code=200,
     request_max_body_size=MAX_FILE_BYTES + MULTIPART_SLACK_BYTES,
-    operation_class=documented(response=json_schema(OpenAIFile)),
+    operation_class=documented(
+        body=UPLOAD_FORM, body_type="multipart/form-data", response=json_schema(OpenAIFile)
+    ),
 )
 async def upload_file(request: Request) -> Response[bytes]:
     """multipart/form-data: `file` and `purpose`."""
@@ -149,12 +159,12 @@ def _order(value: str | None) -> bool:
 @get("/v1/files", operation_class=documented(response=json_schema(FileList)))
 async def list_files(
     request: Request,
-    purpose: Annotated[str | None, QueryParameter(description="only files of this purpose")] = None,
-    limit: Annotated[
-        str | None, QueryParameter(description=f"1 to {MAX_PAGE}, default {DEFAULT_PAGE}")
+    purpose: Annotated[str | None, documented_query("Only files of this purpose.")] = None,
+    limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
+    order: Annotated[
+        str | None, documented_query("By created_at: asc, or desc (the default).", enum=["asc", "desc"])
     ] = None,
-    order: Annotated[str | None, QueryParameter(description="asc or desc (default) by created_at")] = None,
-    after: Annotated[str | None, QueryParameter(description="the last id of the previous page")] = None,
+    after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
     principal = await authenticated(request)
     newest_first = _order(order)

@@ -57,13 +57,16 @@ async def _frames(relay: StreamRelay) -> AsyncGenerator[bytes, None]:
 
 
 _ANY_OBJECT = {"type": "object"}
+# The chat body as documented: `messages` never empty (gateway.proxy.request refuses an empty list).
+_CHAT_BODY = openai_body(ChatCompletionRequest)
+_CHAT_BODY["properties"]["messages"] = {**_CHAT_BODY["properties"]["messages"], "minItems": 1}
 
 
 @post(
     "/v1/chat/completions",
     status_code=200,
     operation_class=documented(
-        body=openai_body(ChatCompletionRequest), response=_ANY_OBJECT, streams=True, headers=DIRECTIVE_HEADERS
+        body=_CHAT_BODY, response=_ANY_OBJECT, streams=True, headers=DIRECTIVE_HEADERS
     ),
 )
 async def chat_completions(request: Request) -> Response[bytes] | Stream:

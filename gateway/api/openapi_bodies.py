@@ -27,23 +27,37 @@ GATEWAY_OBJECT: dict[str, Any] = {
     "properties": {
         "batch": {"type": "string", "pattern": f"^{BATCH_ID.pattern}$"},
         "region": _NAME,
-        "provider": {"anyOf": [_NAME, {"type": "array", "items": _NAME, "minItems": 1}]},
+        "provider": {"anyOf": [_NAME, {"type": "array", "items": _NAME, "minItems": 1, "uniqueItems": True}]},
         "fallback": {"enum": ["batch", "never"]},
         "cache_key": {"type": "string", "minLength": 1, "maxLength": CACHE_KEY_MAX},
     },
     "additionalProperties": False,
 }
 
-_DIRECTIVE_HEADERS = {
-    "X-Gateway-Batch": "Pin this request's batch (1-128 characters of A-Za-z0-9._:-).",
-    "X-Gateway-Region": "Serve only from deployments in this region.",
-    "X-Gateway-Provider": "Serve only from these providers (comma-separated, in order of preference).",
-    "X-Gateway-Fallback": "batch (default) or never.",
-    "X-Gateway-Cache-Key": "Prompt-cache key.",
+# Each header as gateway/routing/directives.py reads it (its value stripped of surrounding blanks).
+_BLANK_AROUND = "[ \\t]*"
+_DIRECTIVE_HEADERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "X-Gateway-Batch": (
+        "Pin this request's batch (1-128 characters of A-Za-z0-9._:-).",
+        {"pattern": f"^{_BLANK_AROUND}{BATCH_ID.pattern}{_BLANK_AROUND}$"},
+    ),
+    "X-Gateway-Region": ("Serve only from deployments in this region.", {"pattern": "\\S", "maxLength": 200}),
+    "X-Gateway-Provider": (
+        "Serve only from these providers (comma-separated, each once, in order of preference).",
+        {"pattern": "^[^,]*\\S[^,]*(,[^,]*\\S[^,]*)*$", "maxLength": 200},
+    ),
+    "X-Gateway-Fallback": ("batch (default) or never.", {"enum": ["batch", "never"]}),
+    "X-Gateway-Cache-Key": ("Prompt-cache key.", {"pattern": "\\S", "maxLength": CACHE_KEY_MAX}),
 }
 DIRECTIVE_HEADERS: list[dict[str, Any]] = [
-    {"name": name, "in": "header", "required": False, "description": text, "schema": {"type": "string"}}
-    for name, text in _DIRECTIVE_HEADERS.items()
+    {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": text,
+        "schema": {"type": "string", **rules},
+    }
+    for name, (text, rules) in _DIRECTIVE_HEADERS.items()
 ]
 
 
@@ -63,10 +77,13 @@ def _inline(node: Any, definitions: dict[str, Any], expanding: tuple[str, ...]) 
     ref = node.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
         name = ref.removeprefix("#/$defs/")
-        if name in expanding:  # a recursive type: stop at any object rather than loop
-            return {"type": "object"}
+        if name in expanding:  # a recursive type: documented one level deep (deeper is read too)
+            return {"not": {}}
         return _inline(definitions[name], definitions, (*expanding, name))
-    return {key: _inline(value, definitions, expanding) for key, value in node.items()}
+    inlined = {key: _inline(value, definitions, expanding) for key, value in node.items()}
+    if inlined.get("format") == "decimal":  # msgspec reads a Decimal from a JSON number as well
+        inlined["type"] = ["string", "number"]
+    return inlined
 
 
 def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
@@ -82,11 +99,20 @@ ERROR_RESPONSES: dict[str, Any] = {
 }
 
 
+# `stream_options` only with `"stream": true`, as OpenAI has it (gateway.proxy.request).
+_STREAM_OPTIONS_NEED_STREAM = {
+    "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
+    "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
+}
+
+
 def openai_body(struct_type: Any) -> dict[str, Any]:
     """An OpenAI request Struct's schema, plus the `gateway` object; other fields are forwarded as sent."""
     schema = json_schema(struct_type)
     schema["properties"] = {**schema.get("properties", {}), "gateway": GATEWAY_OBJECT}
     schema.pop("additionalProperties", None)
+    if "stream_options" in schema["properties"]:
+        schema |= _STREAM_OPTIONS_NEED_STREAM
     return schema
 
 
@@ -96,13 +122,19 @@ def documented(
     response: dict[str, Any] | None = None,
     streams: bool = False,
     headers: list[dict[str, Any]] | None = None,
+    content: dict[str, Any] | None = None,
+    also: dict[str, str] | None = None,
+    body_type: str = JSON,
 ) -> type[Operation]:
     """An `operation_class` for a route decorator; `body`/`response` are JSON Schemas (see json_schema).
 
     `streams`: the success response may also be Server-Sent Events (`"stream": true`).
+    `content`: the success response's media types and schemas, when it is not (only) JSON.
+    `also`: more statuses (with their descriptions) that answer the same content, not an error object.
+    `body_type`: the request body's media type, when it is not JSON (a multipart form).
     """
-    request_body = {"required": True, "content": _json_content(body)} if body is not None else None
-    success: dict[str, Any] | None = None
+    request_body = {"required": True, "content": {body_type: {"schema": body}}} if body is not None else None
+    success: dict[str, Any] | None = content
     if response is not None:
         success = _json_content(response) | ({SSE: {"schema": {}}} if streams else {})
 
@@ -119,7 +151,9 @@ def documented(
             if success is not None:
                 for status in responses:
                     responses[status] = {**responses[status], "content": success}
-            responses.update(ERROR_RESPONSES)
+                for status, description in (also or {}).items():
+                    responses[status] = {"description": description, "content": success}
+            responses.update({k: v for k, v in ERROR_RESPONSES.items() if k not in responses})
             return schema
 
     return DocumentedOperation

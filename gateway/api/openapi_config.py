@@ -20,6 +20,8 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.static_files import create_static_files_router
 from swagger_ui_bundle import swagger_ui_path
 
+from gateway.api.query_params import ID_SCHEMA
+
 SCHEMA_PATH = "/schema"
 ASSETS_PATH = "/swagger-ui"  # under SCHEMA_PATH
 ASSETS_URL = SCHEMA_PATH + ASSETS_PATH
@@ -55,28 +57,44 @@ def security_of(path: str) -> list[dict[str, list[str]]] | None:
     return None
 
 
-def with_security(document: dict[str, Any]) -> dict[str, Any]:
-    """The document with each operation's `security`; the given one is left as it is (Litestar
-    keeps it, and renders it again for every request)."""
+def served_document(document: dict[str, Any]) -> dict[str, Any]:
+    """The document as served: each operation with its `security`, and each path id that declares
+    no rule of its own with `path_id`'s (gateway.api.query_params). The given one is left as it is
+    (Litestar keeps it, and renders it again for every request)."""
     paths: dict[str, Any] = {}
     for path, item in document.get("paths", {}).items():
         security = security_of(path)
         paths[path] = dict(item)
         for method in _METHODS:
-            if security is not None and method in item:
-                paths[path][method] = {**item[method], "security": security}
+            if method not in item:
+                continue
+            operation = {
+                **item[method],
+                "parameters": [_with_id_rules(p) for p in item[method].get("parameters", [])],
+            }
+            if not operation["parameters"]:
+                del operation["parameters"]
+            if security is not None:
+                operation["security"] = security
+            paths[path][method] = operation
     return {**document, "paths": paths}
 
 
+def _with_id_rules(parameter: dict[str, Any]) -> dict[str, Any]:
+    if parameter.get("in") != "path" or parameter.get("schema") != {"type": "string"}:
+        return parameter
+    return {**parameter, "schema": dict(ID_SCHEMA)}
+
+
 class SecuredJsonRenderPlugin(JsonRenderPlugin):
-    """`/schema/openapi.json`, with each operation's security."""
+    """`/schema/openapi.json`, as `served_document` completes it."""
 
     def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
-        return super().render(request, with_security(openapi_schema))
+        return super().render(request, served_document(openapi_schema))
 
 
 class OfflineSwaggerRenderPlugin(SwaggerRenderPlugin):
-    """`/schema/swagger` from the package's own copy of Swagger UI, with each operation's security."""
+    """`/schema/swagger` from the package's own copy of Swagger UI, as `served_document` completes it."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -87,7 +105,7 @@ class OfflineSwaggerRenderPlugin(SwaggerRenderPlugin):
         )
 
     def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
-        return super().render(request, with_security(openapi_schema))
+        return super().render(request, served_document(openapi_schema))
 
 
 def openapi_config(*, title: str, version: str) -> OpenAPIConfig:

@@ -10,17 +10,38 @@ import msgspec
 from litestar import MediaType, Request, Response, get, head
 from sqlalchemy import text
 
+from gateway.api.openapi_bodies import documented, json_schema
 from gateway.db.session import ReplicaSessions
 from gateway.metering.writer import dead_letter_count
 from gateway.routing.batch_pin import PinStoreUnavailable
 from gateway.services import Services, services_of
 
 JSON = "application/json"
+# Prometheus' text format; Litestar adds the charset to a text/* type itself.
+PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 
 
-@get("/healthz", include_in_schema=True)
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+class Liveness(msgspec.Struct):
+    status: str = "ok"
+
+
+class Readiness(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """GET /readyz: the stores, the degraded modes, how far metering trails (docs/operations.md)."""
+
+    status: str  # ready | unavailable
+    database: str  # ok | unreachable (the error's name)
+    redis: str  # ok | not configured (in-process state) | unreachable (...)
+    degraded: list[str]  # each store unreachable and each feature serving without one
+    metering_backlog: int | None  # usage events not yet written; null: the buffer is unreachable
+    metering_oldest_unwritten_s: float | None  # null: nothing waits (or the buffer is unreachable)
+    metering_dead_letters: int | None
+    metering_last_error: str | None
+    reason: str | None = None  # why no request can be served, when status is unavailable
+
+
+@get("/healthz", include_in_schema=True, operation_class=documented(response=json_schema(Liveness)))
+async def healthz() -> Response[bytes]:
+    return Response(msgspec.json.encode(Liveness()), media_type=JSON)
 
 
 # Plain text: a JSON response without a body would announce the length of `null`.
@@ -83,7 +104,12 @@ async def _replica_ok(services: Services) -> bool:
     return await replica.reachable()  # tried only once its cool-down is over
 
 
-@get("/readyz")
+@get(
+    "/readyz",
+    operation_class=documented(
+        response=json_schema(Readiness), also={"503": "No request can be served: `reason` says why."}
+    ),
+)
 async def readyz(request: Request) -> Response[bytes]:
     """200 while the gateway can serve, in a degraded mode or not (`degraded` names each); 503 only
     when it can serve no request at all."""
@@ -97,18 +123,17 @@ async def readyz(request: Request) -> Response[bytes]:
         _replica_ok(services),
     )
     unable = unable_to_serve(services, database)
-    report: dict[str, object] = {
-        "status": "ready" if unable is None else "unavailable",
-        "database": database,
-        "redis": redis,
-        "degraded": degraded_modes(services, database, redis) + ([] if replica else ["read_replica"]),
-        "metering_backlog": backlog,
-        "metering_oldest_unwritten_s": oldest,  # null: nothing waits (or the buffer is unreachable)
-        "metering_dead_letters": dead_letters,
-        "metering_last_error": services.writer.last_error,
-    }
-    if unable is not None:
-        report["reason"] = unable
+    report = Readiness(
+        status="ready" if unable is None else "unavailable",
+        database=database,
+        redis=redis,
+        degraded=degraded_modes(services, database, redis) + ([] if replica else ["read_replica"]),
+        metering_backlog=backlog,
+        metering_oldest_unwritten_s=oldest,
+        metering_dead_letters=dead_letters,
+        metering_last_error=services.writer.last_error,
+        reason=unable,
+    )
     return Response(msgspec.json.encode(report), media_type=JSON, status_code=200 if unable is None else 503)
 
 
@@ -138,7 +163,12 @@ def unable_to_serve(services: Services, database: str) -> str | None:
     return None
 
 
-@get("/metrics")
+@get(
+    "/metrics",
+    operation_class=documented(
+        content={PROMETHEUS_TEXT: {"schema": {"type": "string", "description": "Prometheus' text format."}}}
+    ),
+)
 async def metrics(request: Request) -> Response[bytes]:
     services = services_of(request)
     services.metrics.open_circuits.set(len(services.health.open_circuits()))
@@ -152,7 +182,7 @@ async def metrics(request: Request) -> Response[bytes]:
         services.metrics.usage_dead_letters.set(dead_letters)
     with contextlib.suppress(PinStoreUnavailable):  # the gauge keeps its last value meanwhile
         services.metrics.active_pins.set(await services.pins.active_count())
-    return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(services.metrics.render(), media_type=PROMETHEUS_TEXT)
 
 
 OPS_HANDLERS = [healthz, healthz_head, readyz, metrics]

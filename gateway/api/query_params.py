@@ -19,6 +19,9 @@ MAX_TEXT = 512
 # PostgreSQL refuses NUL in text and cannot encode a lone surrogate; no other control character
 # belongs in an id, a name or a cursor either.
 _UNREADABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# The same rules as JSON Schema keywords (a URL's text holds no lone surrogate).
+TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\x00-\\x1f\\x7f]*$"}
+ID_SCHEMA = TEXT_SCHEMA | {"minLength": 1}  # what path_id accepts
 
 
 def text_param(value: str | None, name: str) -> str | None:
@@ -72,9 +75,18 @@ def page_size(value: str | None, name: str, *, default: int, maximum: int) -> in
 
 
 def documented_query(description: str, *, name: str | None = None, **schema: Any) -> QueryParameter:
-    """A query parameter's OpenAPI entry: a string (a query string has no null), at most MAX_TEXT
-    characters, with `schema`'s JSON Schema keywords. Documentation only: the handler receives the
-    raw text and checks it with the functions above, so that a bad value is answered with the
-    OpenAI error naming it rather than with Litestar's own validation error."""
-    keywords = {"type": "string", "maxLength": MAX_TEXT} | schema
+    """A query parameter's OpenAPI entry: text as `text_param` takes it (a query string has no
+    null), with `schema`'s JSON Schema keywords (`type="integer"` drops the text rules). Documentation
+    only: the handler receives the raw text and checks it with the functions above, so that a bad
+    value is answered with the OpenAI error naming it rather than with Litestar's own validation
+    error."""
+    base = TEXT_SCHEMA if schema.get("type", "string") == "string" else {}
+    keywords = {key: value for key, value in (base | schema).items() if value is not None}
     return QueryParameter(name=name, description=description, schema_extra={"oneOf": None, **keywords})
+
+
+def documented_limit(maximum: int, default: int) -> QueryParameter:
+    """`?limit=` as `page_size` takes it."""
+    return documented_query(
+        f"Items per page: 1 to {maximum}.", type="integer", minimum=1, maximum=maximum, default=default
+    )

@@ -19,7 +19,7 @@ from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.api.query_params import documented_query, moment_param, page_size, text_param
 from gateway.db.session import report_sessions
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.metering.reports import (
     GROUP_FIELDS,
     ROW_FIELD,
@@ -40,8 +40,50 @@ Format = Annotated[
     str | None,
     documented_query("The answer's format: json (default) or csv.", name="format", enum=["json", "csv"]),
 ]
-MOMENT = {"examples": ["2026-11-01", "2026-11-01T12:00:00Z"]}
+# An ISO date or an RFC 3339 datetime, as `moment_param` reads them.
+MOMENT = {
+    "examples": ["2026-11-01", "2026-11-01T12:00:00Z"],
+    "anyOf": [{"format": "date"}, {"format": "date-time"}, {"maxLength": 0}],  # empty: not given
+    "pattern": None,
+}
 FIELDS = ", ".join(GROUP_FIELDS)
+_FIELD = f"[ ]*(?:(?:{'|'.join(GROUP_FIELDS)})[ ]*)?"
+GROUP_BY = {"examples": ["team,model", "day"], "pattern": f"^{_FIELD}(?:,{_FIELD})*$"}
+
+
+class UsageReportRow(msgspec.Struct, kw_only=True):
+    """A report line as its OpenAPI schema describes it: the group-by fields asked for, then totals."""
+
+    team_id: str | None = None
+    key_id: str | None = None
+    model: str | None = None
+    provider: str | None = None
+    region: str | None = None
+    batch_id: str | None = None
+    day: str | None = None  # YYYY-MM-DD, UTC
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cost: str  # USD, exact
+    saving: str  # what cached tokens saved, USD
+
+
+class UsageReport(msgspec.Struct, kw_only=True):
+    """GET /admin/usage and /v1/gateway/usage as JSON (one page: `next_cursor` is always null)."""
+
+    object: str = "list"
+    data: list[UsageReportRow]
+    next_cursor: str | None
+
+
+# JSON, or with `format=csv` the same rows as CSV: a header line of the group-by columns, the
+# totals, cost and saving.
+REPORT_CONTENT = {
+    "application/json": {"schema": json_schema(UsageReport)},
+    "text/csv": {"schema": {"type": "string"}},
+}
 
 
 class UsageEventPage(msgspec.Struct, kw_only=True):
@@ -102,7 +144,7 @@ def report_params(
     ] = None,
     group_by: Annotated[
         str | None,
-        documented_query(f"Comma-separated, any of: {FIELDS} (UTC days).", examples=["team,model", "day"]),
+        documented_query(f"Comma-separated, any of: {FIELDS} (UTC days).", **GROUP_BY),
     ] = None,
     team_id: Annotated[str | None, documented_query("Only this team's usage.")] = None,
     key_id: Annotated[str | None, documented_query("Only this API key's usage.")] = None,
@@ -145,7 +187,7 @@ async def _report(request: Request, query: UsageQuery, output: str | None) -> Re
     return _json({"object": "list", "data": [_row(r, query) for r in rows], "next_cursor": None})
 
 
-@get("/admin/usage", operation_class=documented(), dependencies=REPORT_PARAMS)
+@get("/admin/usage", operation_class=documented(content=REPORT_CONTENT), dependencies=REPORT_PARAMS)
 async def admin_usage(
     request: Request, params: NamedDependency[ReportParams], output: Format = None
 ) -> Response[Any]:
@@ -192,7 +234,7 @@ async def admin_usage_events(
     return _json({"object": "list", "data": [_event(row) for row in rows], "next_cursor": next_cursor})
 
 
-@get("/v1/gateway/usage", operation_class=documented(), dependencies=REPORT_PARAMS)
+@get("/v1/gateway/usage", operation_class=documented(content=REPORT_CONTENT), dependencies=REPORT_PARAMS)
 async def team_usage(
     request: Request, params: NamedDependency[ReportParams], output: Format = None
 ) -> Response[Any]:
@@ -201,7 +243,7 @@ async def team_usage(
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     query = params.query()
     if query.team_id is not None and query.team_id != principal.team_id:
-        raise InvalidRequest("A team key may only read its own team's usage", param="team_id")
+        raise PermissionDenied("A team key may only read its own team's usage", param="team_id")
     return await _report(request, replace(query, team_id=principal.team_id), output)
 
 

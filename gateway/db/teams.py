@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import ApiKey, Team
-from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.errors import Conflict, NotFound
 from gateway.schemas.admin import TeamCreate, TeamUpdate, changes
 
 Row = TypeVar("Row", Team, ApiKey)
@@ -41,7 +41,7 @@ async def fetch_page(
     if cursor is not None:
         anchor = await session.get(model, cursor)
         if anchor is None:
-            raise InvalidRequest("Unknown cursor: pass the next_cursor of a previous page.", param="cursor")
+            raise NotFound("Unknown cursor: pass the next_cursor of a previous page.", param="cursor")
         query = query.where(
             or_(
                 model.created_at > anchor.created_at,

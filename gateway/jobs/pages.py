@@ -8,7 +8,7 @@ from sqlalchemy import Select, and_, or_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import BatchJob, StoredFile
-from gateway.errors import InvalidRequest
+from gateway.errors import NotFound
 
 Row = TypeVar("Row", StoredFile, BatchJob)
 
@@ -30,7 +30,7 @@ async def page_after(
     if after is not None:
         anchor = (await session.scalars(query.where(model.id == after))).first()
         if anchor is None:
-            raise InvalidRequest(f"No object with id {after!r} to list after.", param="after")
+            raise NotFound(f"No object with id {after!r} to list after.", param="after")
         if newest_first:
             query = query.where(
                 or_(

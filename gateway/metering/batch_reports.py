@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import BatchJob, UsageRecord
-from gateway.errors import InvalidRequest
+from gateway.errors import NotFound
 from gateway.metering.reports import TOTAL_FIELDS, UsageQuery, as_utc, usage_report
 
 _records: Table = UsageRecord.__table__  # type: ignore[assignment]
@@ -75,7 +75,7 @@ async def team_batches(
     if after is not None:
         anchor = (await session.execute(select(batches.c.created_at).where(batches.c.id == after))).first()
         if anchor is None:
-            raise InvalidRequest(f"No batch with id {after!r} to list after.", param="after")
+            raise NotFound(f"No batch with id {after!r} to list after.", param="after")
         created = batches.c.created_at
         query = query.where(or_(created < anchor[0], and_(created == anchor[0], batches.c.id < after)))
     query = query.order_by(batches.c.created_at.desc(), batches.c.id.desc()).limit(limit + 1)

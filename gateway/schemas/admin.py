@@ -31,6 +31,18 @@ ExpiresInS = Annotated[int, Meta(ge=1, le=100 * 366 * 86_400)]  # a century: bey
 # Money is Numeric(20, 10): ten integer digits at most.
 MAX_BUDGET_USD = Decimal(10) ** 10
 MONEY_SCALE = Decimal(10) ** -10
+# A budget in USD: a decimal string ("100.50") or a number, as check_budget takes it (for a string
+# the document says the plain decimal form; an exponent, as in "1e3", is read too).
+Budget = Annotated[
+    Decimal,
+    Meta(
+        extra_json_schema={
+            "pattern": "^[0-9]{1,10}(\\.[0-9]{1,10})?$",
+            "minimum": 0,
+            "maximum": 9_999_999_999,
+        }
+    ),
+]
 
 
 def check_budget(value: Decimal | UnsetType | None) -> None:
@@ -58,7 +70,7 @@ class TeamCreate(Struct, forbid_unknown_fields=True):
     name: Name
     allowed_models: Names | None = None
     allowed_regions: Names | None = None
-    monthly_budget_usd: Decimal | None = None  # a decimal string ("100.50") or a number
+    monthly_budget_usd: Budget | None = None  # a decimal string ("100.50") or a number
     rpm_limit: Limit | None = None
     tpm_limit: Limit | None = None
     weight: Weight = 1.0
@@ -71,7 +83,7 @@ class TeamUpdate(Struct, forbid_unknown_fields=True):
     name: Name | UnsetType = UNSET
     allowed_models: Names | UnsetType | None = UNSET
     allowed_regions: Names | UnsetType | None = UNSET
-    monthly_budget_usd: Decimal | UnsetType | None = UNSET
+    monthly_budget_usd: Budget | UnsetType | None = UNSET
     rpm_limit: Limit | UnsetType | None = UNSET
     tpm_limit: Limit | UnsetType | None = UNSET
     weight: Weight | UnsetType = UNSET  # never null: every team has a share
@@ -85,7 +97,7 @@ class TeamOut(Struct):
     name: str
     allowed_models: list[str] | None
     allowed_regions: list[str] | None
-    monthly_budget_usd: Decimal | None  # encoded as a decimal string
+    monthly_budget_usd: Budget | None  # encoded as a decimal string
     rpm_limit: int | None
     tpm_limit: int | None
     weight: float
@@ -103,7 +115,7 @@ class KeyCreate(Struct, forbid_unknown_fields=True):
     allowed_regions: Names | None = None
     rpm_limit: Limit | None = None
     tpm_limit: Limit | None = None
-    monthly_budget_usd: Decimal | None = None
+    monthly_budget_usd: Budget | None = None
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
@@ -119,7 +131,7 @@ class KeyUpdate(Struct, forbid_unknown_fields=True):
     allowed_regions: Names | UnsetType | None = UNSET
     rpm_limit: Limit | UnsetType | None = UNSET
     tpm_limit: Limit | UnsetType | None = UNSET
-    monthly_budget_usd: Decimal | UnsetType | None = UNSET
+    monthly_budget_usd: Budget | UnsetType | None = UNSET
 
     def __post_init__(self) -> None:
         check_budget(self.monthly_budget_usd)
@@ -133,7 +145,7 @@ class KeyOut(Struct):
     prefix: str  # the first characters of the secret, to recognise it; never the secret
     allowed_models: list[str] | None
     allowed_regions: list[str] | None
-    monthly_budget_usd: Decimal | None
+    monthly_budget_usd: Budget | None
     rpm_limit: int | None
     tpm_limit: int | None
     expires_at: datetime | None

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from gateway.schemas.openai import MaxTokens, ModelName
+
 # --- requests ---------------------------------------------------------------------------------
 
 CacheControl = dict[str, Any]  # {"type": "ephemeral", "ttl": "5m" | "1h"}, checked where it is read
@@ -101,8 +103,8 @@ NonEmptyMessages = Annotated[list[InputMessage], Meta(min_length=1)]
 class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     """`POST /v1/messages`: `model` is one of the gateway's aliases; `max_tokens` is required."""
 
-    model: str
-    max_tokens: int
+    model: ModelName
+    max_tokens: MaxTokens
     messages: NonEmptyMessages
     system: str | list[ContentBlock] | None = None
     stream: bool | None = None
@@ -122,7 +124,7 @@ class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
 class CountTokensRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     """`POST /v1/messages/count_tokens`: the prompt of a Messages request, without its sampling."""
 
-    model: str
+    model: ModelName
     messages: NonEmptyMessages
     system: str | list[ContentBlock] | None = None
     tools: list[ToolDefinition] | None = None

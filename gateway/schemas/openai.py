@@ -17,6 +17,11 @@ CacheControl = dict[str, Any]  # {"type": "ephemeral", "ttl": "5m" | "1h"}
 # A prompt or embedding input given as a list: strings, token ids or token-id lists, never empty.
 TokenIds = Annotated[list[int], Meta(min_length=1)]
 TextList = Annotated[list[str | int | TokenIds], Meta(min_length=1)]
+# The bounds `gateway.proxy.request` holds requests to, declared here so the OpenAPI document says them.
+ModelName = Annotated[str, Meta(min_length=1)]  # an alias the gateway serves
+MaxTokens = Annotated[int, Meta(ge=0, le=2**31 - 1)]  # OpenAI's own bound
+Choices = Annotated[int, Meta(ge=1, le=128)]  # n, OpenAI's own bound
+CacheRetention = Literal["in_memory", "in-memory", "24h"]  # `in-memory`: a common variant
 
 
 class ContentPart(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -66,13 +71,13 @@ class StreamOptions(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class ChatCompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
-    model: str
-    messages: list[ChatMessage]
+    model: ModelName
+    messages: list[ChatMessage]  # never empty: gateway.proxy.request refuses it
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    n: int | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    n: Choices | None = None
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
     temperature: float | None = None
     top_p: float | None = None
     stop: str | list[str] | None = None
@@ -83,20 +88,20 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     user: str | None = None
     metadata: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
+    prompt_cache_retention: CacheRetention | None = None
 
 
 class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
-    model: str
+    model: ModelName
     prompt: str | TextList | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
-    n: int | None = None
+    max_tokens: MaxTokens | None = None
+    n: Choices | None = None
 
 
 class EmbeddingRequest(msgspec.Struct, frozen=True, omit_defaults=True):
-    model: str
+    model: ModelName
     input: str | TextList
     encoding_format: str | None = None
     dimensions: int | None = None

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from gateway.schemas.openai import CacheControl
+from gateway.schemas.openai import CacheControl, CacheRetention, MaxTokens, ModelName
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -82,11 +82,11 @@ class ReasoningOptions(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class ResponsesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
-    model: str
+    model: ModelName
     input: str | list[InputItem] | None = None
     instructions: str | None = None
     stream: bool | None = None
-    max_output_tokens: int | None = None
+    max_output_tokens: MaxTokens | None = None
     temperature: float | None = None
     top_p: float | None = None
     tools: list[ResponsesTool] | None = None
@@ -95,7 +95,7 @@ class ResponsesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     text: TextOptions | None = None
     reasoning: ReasoningOptions | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
+    prompt_cache_retention: CacheRetention | None = None
     store: bool | None = None
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None

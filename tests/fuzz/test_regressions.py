@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema  # type: ignore[import-untyped]
 import msgspec
 import pytest
 from litestar import Litestar
@@ -238,3 +239,51 @@ async def test_a_page_limit_in_other_digits_is_400(gateway: tuple[FuzzStack, Cli
     stack, client = gateway
     response = await client.get("/admin/keys", params={"limit": limit}, headers=stack.admin_auth)
     refused(response.status_code, response.json(), "limit")
+
+
+# --- the served OpenAPI document against the implementation
+
+
+@pytest.mark.parametrize(
+    ("path", "methods"),
+    [
+        ("/v1/files", {"GET", "POST", "OPTIONS"}),
+        ("/v1/batches", {"GET", "POST", "OPTIONS"}),
+        ("/admin/teams", {"GET", "POST", "OPTIONS"}),
+        ("/admin/keys/k", {"GET", "PATCH", "DELETE", "OPTIONS"}),
+    ],
+)
+async def test_options_allows_every_method_of_the_path(
+    gateway: tuple[FuzzStack, Client], path: str, methods: set[str]
+) -> None:
+    """Litestar's own OPTIONS answer named only the methods of the path's first handler."""
+    stack, client = gateway
+    response = await client.options(path, headers=stack.auth_for(path))
+    assert response.status_code == 204
+    assert {method.strip() for method in response.headers["allow"].split(",")} == methods
+
+
+async def test_metrics_names_its_charset_once(gateway: tuple[FuzzStack, Client]) -> None:
+    _, client = gateway
+    response = await client.get("/metrics")
+    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def test_the_document_describes_what_readyz_metrics_and_usage_answer(
+    gateway: tuple[FuzzStack, Client],
+) -> None:
+    """/readyz was documented as a string, /metrics and the usage reports as JSON only."""
+    _, client = gateway
+    paths = (await client.get("/schema/openapi.json")).json()["paths"]
+    ready = paths["/readyz"]["get"]["responses"]
+    assert ready["200"]["content"]["application/json"]["schema"]["type"] == "object"
+    assert ready["503"]["content"] == ready["200"]["content"]
+    assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain; version=0.0.4"]
+    for report in ("/admin/usage", "/v1/gateway/usage"):
+        assert set(paths[report]["get"]["responses"]["200"]["content"]) == {"application/json", "text/csv"}
+    body = (await client.get("/readyz")).json()
+    validate_against(ready["200"]["content"]["application/json"]["schema"], body)
+
+
+def validate_against(schema: dict[str, Any], instance: Any) -> None:
+    jsonschema.Draft202012Validator(schema).validate(instance)

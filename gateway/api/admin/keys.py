@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from litestar import Controller, Request, delete, get, patch, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery
+from litestar.params import FromPath
 
-from gateway.api.admin.body import decode_body, page_params
+from gateway.api.admin.body import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decode_body, page_params
 from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import key_created, key_out
 from gateway.api.openapi_bodies import documented, json_schema
-from gateway.api.query_params import path_id, text_param
+from gateway.api.query_params import documented_limit, documented_query, path_id, text_param
 from gateway.db import keys
 from gateway.schemas.admin import KeyCreate, KeyCreated, KeyOut, KeyUpdate, Page
 
@@ -33,9 +35,9 @@ class KeyController(Controller):
     async def list_keys(
         self,
         services: NamedDependency[AdminServices],
-        team_id: FromQuery[str | None] = None,
-        limit: FromQuery[str | None] = None,
-        cursor: FromQuery[str | None] = None,
+        team_id: Annotated[str | None, documented_query("Only this team's keys.")] = None,
+        limit: Annotated[str | None, documented_limit(MAX_PAGE_SIZE, DEFAULT_PAGE_SIZE)] = None,
+        cursor: Annotated[str | None, documented_query("The next_cursor of the previous page.")] = None,
     ) -> Page[KeyOut]:
         size, after = page_params(limit, cursor)
         async with services.sessions() as session:

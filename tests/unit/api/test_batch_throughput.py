@@ -295,13 +295,13 @@ async def test_the_list_holds_jobs_and_batches_newest_first_page_by_page(
     assert first["data"][0]["last_used"] is None
 
 
-async def test_a_page_after_an_unknown_or_foreign_batch_is_a_bad_request(
+async def test_a_page_after_an_unknown_or_foreign_batch_is_not_found(
     client: Client, services: StandInServices, alice: Caller, bob: Caller
 ) -> None:
     await store(services, record(bob.team_id, "bobs"))
 
     for after in ("nobody", "bobs"):
         response = await client.get(f"/v1/gateway/batches?after={after}", headers=alice.headers)
-        assert response.status_code == 400
+        assert response.status_code == 404
         assert response.json()["error"]["param"] == "after"
     assert (await client.get("/v1/gateway/batches?limit=0", headers=alice.headers)).status_code == 400

@@ -149,15 +149,16 @@ async def test_the_list_filters_by_purpose_and_shows_error_files_as_batch_output
         assert shown["purpose"] == "batch_output"
 
 
-async def test_bad_list_parameters_are_400s_naming_them(client: Client, alice: Caller) -> None:
-    for params, param in (
-        ({"limit": "0"}, "limit"),
-        ({"limit": "10001"}, "limit"),
-        ({"order": "sideways"}, "order"),
-        ({"after": "file-unknown"}, "after"),
+async def test_bad_list_parameters_are_refused_naming_them(client: Client, alice: Caller) -> None:
+    """Malformed values are 400s; an `after` naming no file of the team is a 404."""
+    for params, param, status in (
+        ({"limit": "0"}, "limit", 400),
+        ({"limit": "10001"}, "limit", 400),
+        ({"order": "sideways"}, "order", 400),
+        ({"after": "file-unknown"}, "after", 404),
     ):
         response = await client.get("/v1/files", params=params, headers=alice.headers)
-        assert response.status_code == 400, params
+        assert response.status_code == status, params
         assert response.json()["error"]["param"] == param
 
 

@@ -205,11 +205,15 @@ async def test_list_pages_through_every_team_once(client: Client) -> None:
 
 
 @pytest.mark.parametrize(
-    ("params", "param"), [({"limit": "0"}, "limit"), ({"limit": "x"}, "limit"), ({"cursor": "zz"}, "cursor")]
+    ("params", "param", "status"),
+    [({"limit": "0"}, "limit", 400), ({"limit": "x"}, "limit", 400), ({"cursor": "zz"}, "cursor", 404)],
 )
-async def test_bad_page_parameters_are_400(client: Client, params: dict[str, str], param: str) -> None:
+async def test_bad_page_parameters_are_refused(
+    client: Client, params: dict[str, str], param: str, status: int
+) -> None:
+    """A malformed limit is a 400; a cursor that names no page is a 404 (like an `after` naming no object)."""
     response = await client.get("/admin/teams", headers=ADMIN, params=params)
-    assert response.status_code == 400
+    assert response.status_code == status
     assert response.json()["error"]["param"] == param
 
 
