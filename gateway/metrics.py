@@ -32,6 +32,7 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -130,6 +131,10 @@ class Metrics:
     def __init__(self, shared_dir: str | None = None) -> None:
         """`shared_dir`: the metrics directory every worker of this `gateway serve` writes, which
         prometheus_client reads as PROMETHEUS_MULTIPROC_DIR; None for a process on its own."""
+        # A counter's `_created` sample would be a family of its own in the text format
+        # (`gateway_requests_refused_created`), beside the counter, that no dashboard reads. The
+        # switch is the library's, for the whole process: set here, as the app's metrics are made.
+        disable_created_metrics()
         self.shared = shared_dir is not None
         self._counters, self._histograms = _stores(shared_dir)
         self._routes: dict[tuple[str, str, int], Route] = {}
