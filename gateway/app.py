@@ -13,6 +13,7 @@ from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
 from gateway.api.batches import BATCH_HANDLERS
 from gateway.api.error_replies import (
+    Asker,
     ErrorReply,
     gateway_error_reply,
     http_error_reply,
@@ -25,19 +26,31 @@ from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.openapi_config import openapi_config
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
+from gateway.api.request_ids import RequestIdMiddleware
 from gateway.api.responses import RESPONSES_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
 from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
+from gateway.proxy.exchange import new_request_id
 from gateway.services import open_services
 from gateway.settings import Settings, unpriced_deployments
 
 log = structlog.get_logger("gateway.app")
 
 
-def _request_id(request: Request) -> str | None:
-    return getattr(request.state, "request_id", None)
+def _asker(request: Request) -> Asker:
+    """Who an error answers, for its log line. The request id is gateway.api.request_ids', or drawn
+    here for a request no route took (Litestar runs no middleware for those)."""
+    request_id = getattr(request.state, "request_id", None)
+    if request_id is None:
+        request.state.request_id = request_id = new_request_id()
+    return Asker(
+        request_id,
+        request.url.path,
+        request.headers.get("user-agent"),
+        getattr(request.state, "principal", None),
+    )
 
 
 def _response(reply: ErrorReply) -> Response[bytes]:
@@ -55,22 +68,28 @@ def _counted(request: Request, reply: ErrorReply) -> ErrorReply:
 
 
 def gateway_error_handler(request: Request, exc: GatewayError) -> Response[bytes]:
-    principal = getattr(request.state, "principal", None)
-    reply = gateway_error_reply(exc, _request_id(request), principal, request.url.path)
+    reply = gateway_error_reply(exc, _asker(request))
     return _response(_counted(request, reply))
 
 
 def http_error_handler(request: Request, exc: HTTPException) -> Response[bytes]:
     reply = None
     if isinstance(exc, NotFoundException | MethodNotAllowedException):  # raised by the router
-        reply = unrouted_reply(exc.status_code, request.method, request.url.path, _request_id(request))
+        reply = unrouted_reply(exc.status_code, request.method, _asker(request))
     if reply is None:
-        reply = http_error_reply(exc.status_code, exc.detail, _request_id(request))
+        reply = http_error_reply(exc.status_code, exc.detail, _asker(request), _named_parameter(exc))
     return _response(_counted(request, reply._replace(headers=reply.headers | (exc.headers or {}))))
 
 
 def internal_error_handler(request: Request, exc: Exception) -> Response[bytes]:
-    return _response(internal_error_reply(exc, _request_id(request), request.url.path))
+    return _response(internal_error_reply(exc, _asker(request)))
+
+
+def _named_parameter(exc: HTTPException) -> str | None:
+    """The parameter a validation error of Litestar's names (`extra=[{"key": ...}]`), if one."""
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    keys = [item.get("key") for item in extra if isinstance(item, dict) and item.get("key")]
+    return str(keys[0]) if keys else None
 
 
 def answer_options(request: Request) -> Response[None] | None:
@@ -120,6 +139,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         ],
         lifespan=[lifespan],
         before_request=answer_options,
+        middleware=[RequestIdMiddleware],
         exception_handlers={
             GatewayError: gateway_error_handler,
             HTTPException: http_error_handler,

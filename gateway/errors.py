@@ -1,7 +1,7 @@
 """The gateway's one exception tree; every error knows its HTTP status and OpenAI error shape.
 
 GatewayError                 (413 for an oversized body comes from Litestar's body limit, see app.py)
-├── InvalidRequest (400, invalid_request_error)
+├── InvalidRequest (400, invalid_request_error, code invalid_request or the schema's: schema_error_code)
 │   ├── NoRoute (400, code no_route)
 │   └── DirectiveConflict (400, code directive_conflict)
 ├── AuthenticationFailed (401, authentication_error)
@@ -27,6 +27,7 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
 from __future__ import annotations
 
 import math
+import re
 
 import msgspec
 
@@ -81,6 +82,7 @@ class GatewayError(Exception):
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"
+    code = "invalid_request"  # a body that fits no schema says which way: `schema_error_code`
 
 
 class NoRoute(InvalidRequest):
@@ -229,6 +231,20 @@ class PinnedProviderUnavailable(UpstreamError):
     status = 503
     code = "pinned_provider_unavailable"
     retryable = False
+
+
+_WRONG_TYPE = re.compile(r"Expected `[^`]+`, got `")
+
+
+def schema_error_code(message: str) -> str:
+    """OpenAI's code for a body that does not fit its schema, read from msgspec's message."""
+    if message.startswith("Object missing required field"):
+        return "missing_required_parameter"
+    if message.startswith("Object contains unknown field"):
+        return "unknown_parameter"
+    if _WRONG_TYPE.match(message):
+        return "invalid_type"
+    return "invalid_value"
 
 
 def retry_after_header(seconds: float | None, default: int) -> str:

@@ -2,7 +2,9 @@
 On the Messages API (`/v1/messages...`) the object is in Anthropic's envelope (`"type": "error"`).
 
 `gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
-Each logs the refusal once (never the key, never the prompt, never a failed statement's values);
+Each logs the refusal once, as one `request_rejected` line that explains it to an operator: request
+id, status, code, message, `param`, path, user agent, and the key's id and prefix when the key was
+known (never the key, never the body or the prompt, never a failed statement's values);
 `refused` tells the fronts to count it (`gateway_requests_refused_total`): an error the gateway
 gave itself before any upstream was tried, where a metered upstream failure is counted with the
 requests that reached an upstream.
@@ -48,20 +50,36 @@ def request_id_header(request_id: str | None) -> dict[str, str]:
     return {"x-request-id": request_id} if request_id else {}
 
 
-def gateway_error_reply(
-    exc: GatewayError, request_id: str | None, principal: Principal | None, path: str
-) -> ErrorReply:
-    headers = request_id_header(request_id) | exc.headers
+class Asker(NamedTuple):
+    """Who a refusal answers, as its log line names them: never the key itself, never the body."""
+
+    request_id: str | None
+    path: str
+    user_agent: str | None = None
+    principal: Principal | None = None  # None: refused before the key was known
+
+
+def log_refusal(asker: Asker, status: int, detail: ErrorDetail) -> None:
+    principal = asker.principal
+    log.info(
+        "request_rejected",
+        request_id=asker.request_id,
+        status=status,
+        code=detail.code,
+        message=detail.message,
+        param=detail.param,
+        path=asker.path[:_MAX_PATH_CHARS],
+        user_agent=asker.user_agent[:_MAX_PATH_CHARS] if asker.user_agent else None,
+        key_id=principal.key_id if principal is not None else None,
+        key=principal.key_prefix if principal is not None else None,
+    )
+
+
+def gateway_error_reply(exc: GatewayError, asker: Asker) -> ErrorReply:
+    headers = request_id_header(asker.request_id) | exc.headers
     if not exc.logged:
-        log.info(
-            "request_rejected",
-            request_id=request_id,
-            key=getattr(principal, "key_prefix", None),
-            path=path,
-            status=exc.status,
-            code=exc.code,
-        )
-    body = anthropic_envelope(exc) if path.startswith(MESSAGES_PATH) else exc.to_json()
+        log_refusal(asker, exc.status, exc.body().error)
+    body = anthropic_envelope(exc) if asker.path.startswith(MESSAGES_PATH) else exc.to_json()
     return ErrorReply(exc.status, headers, body, exc.code, refused=not exc.logged)
 
 
@@ -76,17 +94,23 @@ def anthropic_envelope(exc: GatewayError) -> bytes:
     return msgspec.json.encode(AnthropicError(exc.body().error))
 
 
-def http_error_reply(status: int, detail: str | None, request_id: str | None) -> ErrorReply:
+def http_error_reply(status: int, detail: str | None, asker: Asker, param: str | None = None) -> ErrorReply:
+    """An error the web framework raised (a body over the cap, a query parameter of the wrong
+    type); `param` names the parameter when the framework said which."""
     kind, code = HTTP_TYPES.get(status, ("api_error", "error"))
     message = TOO_LARGE if status == 413 else detail or "Request failed"
-    body = msgspec.json.encode(ErrorBody(ErrorDetail(message=message, type=kind, code=code)))
-    return ErrorReply(status, request_id_header(request_id), body, code, refused=True)
+    error = ErrorDetail(message=message, type=kind, param=param, code=code)
+    log_refusal(asker, status, error)
+    return ErrorReply(
+        status, request_id_header(asker.request_id), msgspec.json.encode(ErrorBody(error)), code, refused=True
+    )
 
 
-def unrouted_reply(status: int, method: str, path: str, request_id: str | None) -> ErrorReply | None:
+def unrouted_reply(status: int, method: str, asker: Asker) -> ErrorReply | None:
     """The answer when no route takes the request: a path under `/v1/` the gateway does not serve
     (404 `unsupported_endpoint`, as an OpenAI client expects an error object there) or a known
     path asked with a method it does not take (405 `method_not_allowed`). None for anything else."""
+    path = asker.path
     named = f"{method} {path[:_MAX_PATH_CHARS]}"
     if status == 404 and path.startswith("/v1/"):
         message = f"Invalid URL ({named}): the gateway does not serve this endpoint"
@@ -96,17 +120,26 @@ def unrouted_reply(status: int, method: str, path: str, request_id: str | None) 
         detail = ErrorDetail(message=message, type="invalid_request_error", code="method_not_allowed")
     else:
         return None
+    log_refusal(asker, status, detail)
     body = msgspec.json.encode(ErrorBody(detail))
-    return ErrorReply(status, request_id_header(request_id), body, detail.code, refused=True)
+    return ErrorReply(status, request_id_header(asker.request_id), body, detail.code, refused=True)
 
 
-def internal_error_reply(exc: Exception, request_id: str | None, path: str) -> ErrorReply:
+def internal_error_reply(exc: Exception, asker: Asker) -> ErrorReply:
+    request_id, path = asker.request_id, asker.path
     database = database_error(exc)
     if database is None:
-        log.error("internal_error", path=path, error=type(exc).__name__, exc_info=exc)
+        log.error("internal_error", request_id=request_id, path=path, error=type(exc).__name__, exc_info=exc)
     else:  # the frames only: a failed statement's text, or its driver's message, may quote its values
         stack = "".join(traceback.format_list(traceback.extract_tb(exc.__traceback__)))
-        log.error("internal_error", path=path, error=type(exc).__name__, database_error=database, stack=stack)
+        log.error(
+            "internal_error",
+            request_id=request_id,
+            path=path,
+            error=type(exc).__name__,
+            database_error=database,
+            stack=stack,
+        )
     detail = ErrorDetail(
         message="The gateway failed to handle this request", type="api_error", code="internal_error"
     )

@@ -19,7 +19,13 @@ from typing import Any, cast
 from litestar import Litestar
 from litestar.types import Receive, Scope, Send
 
-from gateway.api.error_replies import ErrorReply, gateway_error_reply, http_error_reply, internal_error_reply
+from gateway.api.error_replies import (
+    Asker,
+    ErrorReply,
+    gateway_error_reply,
+    http_error_reply,
+    internal_error_reply,
+)
 from gateway.api.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
 from gateway.api.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
@@ -86,15 +92,15 @@ class ProxyFront:
             body = RequestBody.of(receive, headers, self._max_body, self.body_budget)
             result = await self.services().pipeline.run(exchange, headers, body.read, endpoint)
         except GatewayError as exc:
-            reply = gateway_error_reply(exc, exchange.request_id, exchange.principal, scope["path"])
+            reply = gateway_error_reply(exc, _asker(exchange, scope, headers))
             return await self._refuse(send, reply, body, scope["path"])
         except BodyTooLarge:
-            reply = http_error_reply(413, None, exchange.request_id)
+            reply = http_error_reply(413, None, _asker(exchange, scope, headers))
             return await self._refuse(send, reply, body, scope["path"])
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
-            return await _reply(send, internal_error_reply(exc, exchange.request_id, scope["path"]), body)
+            return await _reply(send, internal_error_reply(exc, _asker(exchange, scope, headers)), body)
         if result.stream is not None:
             write_timeout_s = self.services().settings.catalog.limits.stream_write_timeout_s
             await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream, write_timeout_s)
@@ -107,6 +113,11 @@ class ProxyFront:
         if reply.refused:
             self.services().metrics.count_refused(path, reply.status, reply.code)
         await _reply(send, reply, body)
+
+
+def _asker(exchange: ProxyExchange, scope: Scope, headers: dict[str, str]) -> Asker:
+    """Who a refusal answers, for its log line."""
+    return Asker(exchange.request_id, scope["path"], headers.get("user-agent"), exchange.principal)
 
 
 def _encoded(content_type: tuple[bytes, bytes], headers: dict[str, str]) -> list[tuple[bytes, bytes]]:

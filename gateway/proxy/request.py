@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, schema_error_code
 from gateway.providers.base import Endpoint
 from gateway.proxy.prompt_text import PromptSize, prompt_size
 from gateway.schemas.messages import MessagesRequest
@@ -110,7 +110,9 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         match = _AT_PATH.search(message)
         param = match.group(1) if match else None
         raise InvalidRequest(
-            _AT_PATH.sub("", message) + (f" at '{param}'" if param else ""), param=param
+            _AT_PATH.sub("", message) + (f" at '{param}'" if param else ""),
+            param=param,
+            code=schema_error_code(message),
         ) from None
     chat = typed if isinstance(typed, ChatCompletionRequest) else None
     if chat is not None:

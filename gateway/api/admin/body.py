@@ -8,7 +8,7 @@ from typing import TypeVar
 import msgspec
 
 from gateway.api.query_params import page_size, text_param
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, schema_error_code
 from gateway.schemas.admin import PRINTABLE
 from gateway.schemas.nesting import TOO_DEEP, json_too_deep
 
@@ -30,7 +30,9 @@ def decode_body(body: bytes, schema: type[S]) -> S:
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as exc:
         message, param = _explain(str(exc))
-        raise InvalidRequest(f"Invalid request body: {message}", param=param) from None
+        raise InvalidRequest(
+            f"Invalid request body: {message}", param=param, code=schema_error_code(str(exc))
+        ) from None
     except msgspec.DecodeError:
         raise InvalidRequest("The request body must be a JSON object.") from None
 
