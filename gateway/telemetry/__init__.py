@@ -7,7 +7,21 @@ already has (request start and end, attempt start, queue wait, usage event). Off
 any of it.
 """
 
-from gateway.telemetry.otlp import open_telemetry
+from __future__ import annotations
+
+from gateway.settings import Settings
 from gateway.telemetry.recorder import AttemptSpan, RequestTrace, Telemetry
 
 __all__ = ["AttemptSpan", "RequestTrace", "Telemetry", "open_telemetry"]
+
+
+def open_telemetry(settings: Settings) -> Telemetry | None:
+    """This process's telemetry, or None when neither traces nor metrics are exported.
+
+    The SDK and its OTLP exporters (a hundred modules: protobuf, requests) are imported only by a
+    process that exports: off, a worker does not even load them."""
+    if not (settings.otel_traces or settings.otel_metrics):
+        return None
+    from gateway.telemetry.otlp import exporting_telemetry
+
+    return exporting_telemetry(settings)

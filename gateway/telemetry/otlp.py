@@ -1,5 +1,6 @@
-"""A process's OpenTelemetry SDK, built from the settings in its lifespan (`gateway.services`):
-a tracer provider and a meter provider, each exporting over OTLP/HTTP (protobuf).
+"""A process's OpenTelemetry SDK, built in its lifespan (`gateway.telemetry.open_telemetry`, called
+by `gateway.services`): a tracer provider and a meter provider, each exporting over OTLP/HTTP
+(protobuf).
 
 Whether each signal is on is the settings' (an OTLP endpoint configured, `OTEL_SDK_DISABLED` not
 true: `gateway.settings`); everything else is the SDK's own reading of the standard variables:
@@ -32,10 +33,8 @@ SCOPE = "gateway"
 DEFAULT_SERVICE_NAME = "gateway"
 
 
-def open_telemetry(settings: Settings) -> Telemetry | None:
-    """This process's telemetry, or None when neither traces nor metrics are exported."""
-    if not (settings.otel_traces or settings.otel_metrics):
-        return None
+def exporting_telemetry(settings: Settings) -> Telemetry:
+    """This process's telemetry, exporting the signals the settings turn on."""
     resource = process_resource()
     closers: list[Callable[[], object]] = []
     tracer: Tracer | None = None

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,14 @@ def test_the_service_is_named_gateway_unless_the_environment_names_it(
 
     monkeypatch.setenv("OTEL_SERVICE_NAME", "llm-gateway-eu")
     assert process_resource().attributes["service.name"] == "llm-gateway-eu"
+
+
+def test_a_process_that_exports_nothing_never_loads_the_exporters() -> None:
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, gateway.app, gateway.services; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "'gateway.telemetry.otlp'" not in loaded
+    assert "opentelemetry.exporter" not in loaded  # nor protobuf's encoders and requests
