@@ -187,7 +187,10 @@ def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
         raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping with providers and models")
-    substituted = _substitute_env(raw, environ, path, "")
+    missing: list[str] = []  # every unset variable, named at once rather than one per start
+    substituted = _substitute_env(raw, environ, path, "", missing)
+    if missing:
+        raise ConfigError(f"{path}: " + "; ".join(missing))
     try:
         catalog = msgspec.convert(substituted, Catalog, strict=False)
     except msgspec.ValidationError as exc:
@@ -200,13 +203,15 @@ def load_catalog(path: str | Path, environ: dict[str, str]) -> Catalog:
     return catalog
 
 
-def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str) -> Any:
+def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str, missing: list[str]) -> Any:
+    """`node` with its `${VAR}` references replaced; each unset one is added to `missing`."""
     if isinstance(node, dict):
         return {
-            k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k)) for k, v in node.items()
+            k: _substitute_env(v, environ, path, f"{where}.{k}" if where else str(k), missing)
+            for k, v in node.items()
         }
     if isinstance(node, list):
-        return [_substitute_env(v, environ, path, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_substitute_env(v, environ, path, f"{where}[{i}]", missing) for i, v in enumerate(node)]
     if isinstance(node, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -215,7 +220,8 @@ def _substitute_env(node: Any, environ: dict[str, str], path: Path, where: str) 
                 return environ[name]
             if default is not None:
                 return default
-            raise ConfigError(f"{path}: {where}: environment variable {name} is not set")
+            missing.append(f"{where}: environment variable {name} is not set")
+            return ""
 
         return _ENV_REF.sub(replace, node)
     return node

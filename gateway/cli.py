@@ -35,9 +35,15 @@ def _checked_settings() -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from gateway.server.serving import listening_problem
+
     settings = _checked_settings()
     workers = args.workers or settings.workers
     if problem := serving_problem(settings, workers):
+        print(f"gateway: {problem}", file=sys.stderr)
+        return 2
+    # before anything starts or is printed: a port out of range or taken is a plain message
+    if problem := listening_problem(args.host or settings.host, args.port or settings.port):
         print(f"gateway: {problem}", file=sys.stderr)
         return 2
     if not args.no_migrate and (migrated := _migrate_in_child()) != 0:
@@ -119,28 +125,32 @@ def cmd_migrate(_: argparse.Namespace) -> int:
 
     settings = _checked_settings()
     try:
-        upgrade_head(settings.database_url)
+        upgrade = upgrade_head(settings.database_url)
     except (SQLAlchemyError, OSError) as exc:
-        print(f"gateway: cannot migrate the database: {_database_failure(exc)}", file=sys.stderr)
+        print(f"gateway: cannot migrate the database: {_database_failure(exc, settings)}", file=sys.stderr)
         return 1
-    print("database is at the latest migration")
+    print(upgrade.describe())
     return 0
 
 
-def _database_failure(exc: Exception) -> str:
+def _database_failure(exc: Exception, settings: Settings) -> str:
     """What went wrong, without the text of a statement (gateway.db.session.database_error)."""
-    from gateway.db.session import database_error
+    from gateway.db.session import database_error, missing_database
 
     if isinstance(exc, OSError):
         return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return database_error(exc) or type(exc).__name__
+    return missing_database(exc, settings.database_url) or database_error(exc) or type(exc).__name__
 
 
-def cmd_check_config(_: argparse.Namespace) -> int:
+def cmd_check_config(args: argparse.Namespace) -> int:
     settings = _checked_settings()
     if problem := serving_problem(settings, settings.workers):
         print(f"gateway: {problem}", file=sys.stderr)
         return 2
+    if args.connect and (problems := _store_problems(settings)):
+        for problem in problems:
+            print(f"gateway: {problem}", file=sys.stderr)
+        return 1
     catalog = settings.catalog
     deployments = sum(len(m.deployments) for m in catalog.models)
     print(
@@ -150,6 +160,23 @@ def cmd_check_config(_: argparse.Namespace) -> int:
     for deployment in unpriced_deployments(catalog):  # a warning: serving such a catalog is allowed
         print(f"gateway: warning: deployment {deployment} has no price: metered at 0 USD", file=sys.stderr)
     return 0
+
+
+def _store_problems(settings: Settings) -> list[str]:
+    """What `check-config --connect` finds wrong with the stores: each as a message."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gateway.commands.preflight import database_behind, redis_unanswered
+
+    problems = []
+    try:
+        if behind := database_behind(settings.database_url):
+            problems.append(f"GATEWAY_DATABASE_URL: {behind}")
+    except (SQLAlchemyError, OSError) as exc:
+        problems.append(f"GATEWAY_DATABASE_URL: {_database_failure(exc, settings)}")
+    if settings.redis_url and (unanswered := redis_unanswered(settings.redis_url)):
+        problems.append(f"GATEWAY_REDIS_URL: {unanswered}")
+    return problems
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gateway", description="An OpenAI-compatible LLM gateway for batches."
     )
     parser.add_argument("--version", action="version", version=f"gateway {package_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command")
 
     serve = commands.add_parser("serve", help="run the gateway (GATEWAY_* settings, GATEWAY_CONFIG catalog)")
     serve.add_argument("--host", default=None)
@@ -187,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(func=cmd_migrate)
 
     check = commands.add_parser("check-config", help="validate the configuration and exit")
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect: the database exists and is migrated, Redis answers",
+    )
     check.set_defaults(func=cmd_check_config)
 
     add_team_parsers(commands)
@@ -206,7 +238,11 @@ def package_version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `gateway`: what it can do, rather than an argparse error
+        parser.print_help()
+        return 0
     result: int = args.func(args)
     return result
 

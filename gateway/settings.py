@@ -148,7 +148,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         usage_partitions_ahead=partitions_ahead,
         usage_retention_months=_positive_int_env(env, "GATEWAY_USAGE_RETENTION_MONTHS"),
         host=env.get("GATEWAY_HOST", "127.0.0.1"),
-        port=_int_env(env, "GATEWAY_PORT", 8080),
+        port=_port_env(env, "GATEWAY_PORT", 8080),
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
         log_format=log_format,
         key_cache_ttl_s=_float_env(env, "GATEWAY_KEY_CACHE_TTL_S", 5.0),
@@ -181,11 +181,18 @@ DEFAULT_CONFIG = "config/gateway.yaml"
 PACKAGED_CONFIG = Path(__file__).resolve().parent / "_data" / "gateway.yaml"
 
 
+# The checkout's own, beside the package: what an editable install (`make run`'s .venv) reads
+CHECKOUT_CONFIG = Path(__file__).resolve().parent.parent / DEFAULT_CONFIG
+
+
 def default_config_path() -> str:
-    """`config/gateway.yaml` of the working directory when there is one, else the packaged copy."""
-    if Path(DEFAULT_CONFIG).is_file() or not PACKAGED_CONFIG.is_file():
-        return DEFAULT_CONFIG  # when neither exists, the error names the documented path
-    return str(PACKAGED_CONFIG)
+    """`config/gateway.yaml` of the working directory when there is one, else the package's copy:
+    the wheel's, or the checkout's for an editable install (as gateway.db.migrate finds the
+    migrations), so that `gateway serve` works from any folder however it was installed."""
+    for found in (Path(DEFAULT_CONFIG), PACKAGED_CONFIG, CHECKOUT_CONFIG):
+        if found.is_file():
+            return str(found)
+    return DEFAULT_CONFIG  # when none exists, the error names the documented path
 
 
 def _default_log_format() -> str:
@@ -212,6 +219,17 @@ def _check_database_url(url: str, name: str = "GATEWAY_DATABASE_URL") -> None:
         raise ConfigError(f"{name}: the port must be a number") from None
     if scheme not in DATABASE_SCHEMES:
         raise ConfigError(f"{name}: unsupported scheme {scheme!r} (use postgresql:// or sqlite:///)")
+    if scheme.startswith("sqlite") and make_url(url).host:
+        raise ConfigError(_sqlite_two_slashes(name, url))
+
+
+def _sqlite_two_slashes(name: str, url: str) -> str:
+    """`sqlite://data/x.db` reads `data` as a host: a SQLite path follows a third slash."""
+    scheme, _, rest = url.partition("://")
+    return (
+        f"{name}: a SQLite URL has no host: after '{scheme}://' comes '/' and the path, so a relative "
+        f"path takes three slashes ({scheme}:///{rest}) and an absolute one four ({scheme}:////{rest})"
+    )
 
 
 def _check_redis_url(url: str) -> None:
@@ -242,6 +260,13 @@ def _int_env(env: dict[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+
+
+def _port_env(env: dict[str, str], name: str, default: int) -> int:
+    port = _int_env(env, name, default)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{name}: a TCP port is a number from 1 to 65535, not {port}")
+    return port
 
 
 def _positive_int_env(env: dict[str, str], name: str) -> int | None:

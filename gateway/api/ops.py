@@ -1,5 +1,5 @@
 """Operations endpoints: liveness, readiness (the stores, the degraded modes, how far metering trails),
-Prometheus metrics."""
+Prometheus metrics; and `/`, which sends a person who opens the gateway's address to the console."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 
 import msgspec
 from litestar import MediaType, Request, Response, get, head
+from litestar.response import Redirect
 from sqlalchemy import text
 
 from gateway.api.openapi_bodies import documented, json_schema
@@ -185,4 +186,10 @@ async def metrics(request: Request) -> Response[bytes]:
     return Response(services.metrics.render(), media_type=PROMETHEUS_TEXT)
 
 
-OPS_HANDLERS = [healthz, healthz_head, readyz, metrics]
+@get("/", include_in_schema=False)
+async def root() -> Redirect:
+    """The gateway's address opened in a browser: the console (`/ui`), not a JSON 404."""
+    return Redirect("/ui", status_code=302)
+
+
+OPS_HANDLERS = [healthz, healthz_head, readyz, metrics, root]

@@ -1,5 +1,6 @@
 """What `serve`, `migrate` and `check-config` refuse before they start: a deployment the settings
-cannot serve, and store hosts whose names do not resolve.
+cannot serve, and store hosts whose names do not resolve; and what `check-config --connect` asks
+the stores themselves (the database exists and is migrated, Redis answers).
 
 The settings check each URL's form; whether its host name resolves is a question for the network,
 asked here and not at every load of the settings.
@@ -53,4 +54,47 @@ def _resolution_failure(host: str) -> str | None:
         socket.getaddrinfo(host, None)
     except (socket.gaierror, UnicodeError) as exc:  # UnicodeError: a label too long for IDNA
         return str(exc.args[-1]) if exc.args else type(exc).__name__
+    return None
+
+
+def database_behind(database_url: str) -> str | None:
+    """Connect to the database: None when it is at the newest migration, else what to do. Raises
+    the driver's error when it cannot be reached (or does not exist)."""
+    import asyncio
+
+    from gateway.db.migrate import current_revision, head_revision
+    from gateway.db.session import create_engine
+
+    async def revision() -> str | None:
+        engine = create_engine(database_url)
+        try:
+            async with engine.connect() as connection:
+                return await connection.run_sync(current_revision)
+        finally:
+            await engine.dispose()
+
+    at, head = asyncio.run(revision()), head_revision(database_url)
+    if at == head:
+        return None
+    state = "has no tables yet" if at is None else f"is at migration {at}"
+    return f"the database {state}, the gateway needs {head}: run `gateway migrate`"
+
+
+def redis_unanswered(url: str) -> str | None:
+    """Why Redis does not answer a PING within a few seconds, or None."""
+    import asyncio
+
+    from gateway.redis.client import redis_client
+
+    async def ping() -> None:
+        client = redis_client(url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(ping())
+    except Exception as exc:  # any failure of the client is the answer: name it, do not trace it
+        return f"Redis does not answer ({type(exc).__name__}: {exc})"
     return None

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import NamedTuple
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
@@ -41,12 +44,27 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade_head(database_url: str) -> None:
+class Upgrade(NamedTuple):
+    """The revision a database was at before an upgrade (None: an empty database) and after it."""
+
+    before: str | None
+    after: str | None
+
+    def describe(self) -> str:
+        """What `gateway migrate` says it did."""
+        if self.before == self.after:
+            return f"the database is already at the latest migration ({self.after})"
+        if self.before is None:
+            return f"migrated an empty database to {self.after} (the latest migration)"
+        return f"migrated the database from {self.before} to {self.after} (the latest migration)"
+
+
+def upgrade_head(database_url: str) -> Upgrade:
     """Apply every migration not yet applied (for the CLI and other synchronous callers)."""
-    asyncio.run(upgrade_head_async(database_url))
+    return asyncio.run(upgrade_head_async(database_url))
 
 
-async def upgrade_head_async(database_url: str) -> None:
+async def upgrade_head_async(database_url: str) -> Upgrade:
     """`upgrade_head` for callers already inside an event loop (the app's start-up, tests)."""
     config = alembic_config(database_url)
     engine = create_engine(database_url)
@@ -57,7 +75,7 @@ async def upgrade_head_async(database_url: str) -> None:
                 await connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
                 await connection.commit()
             try:
-                await connection.run_sync(_upgrade_on, config)
+                return await connection.run_sync(_upgrade_on, config)
             finally:
                 if postgres:
                     await connection.execute(
@@ -68,6 +86,21 @@ async def upgrade_head_async(database_url: str) -> None:
         await engine.dispose()
 
 
-def _upgrade_on(connection: Connection, config: Config) -> None:
+def _upgrade_on(connection: Connection, config: Config) -> Upgrade:
+    before = current_revision(connection)
+    connection.commit()  # the read's own transaction: Alembic commits only a transaction it began
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+    after = current_revision(connection)
+    connection.commit()
+    return Upgrade(before, after)
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database is at; None when no migration was ever applied."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def head_revision(database_url: str) -> str | None:
+    """The newest revision of the migrations this gateway carries."""
+    return ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()

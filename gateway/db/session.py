@@ -202,3 +202,20 @@ def database_error(exc: BaseException) -> str | None:
             return f"{type(driver).__name__} (SQLSTATE {sqlstate})" if sqlstate else type(driver).__name__
         current = current.__cause__ or current.__context__
     return None
+
+
+def missing_database(exc: BaseException, url: str) -> str | None:
+    """When `exc` says the PostgreSQL server has no database of the URL's name: which database, and
+    the command that creates it (without the URL's password); else None."""
+    if "SQLSTATE 3D000" not in (database_error(exc) or ""):  # invalid_catalog_name
+        return None
+    parsed = make_url(url)
+    options = [f"-h {parsed.host}"] if parsed.host else []
+    options += [f"-p {parsed.port}"] if parsed.port else []
+    options += [f"-U {parsed.username}"] if parsed.username else []
+    name = parsed.database or ""
+    return (
+        f"the database {name!r} does not exist on the PostgreSQL server at {parsed.host or 'localhost'}"
+        f"{f':{parsed.port}' if parsed.port else ''}: create it with `createdb {' '.join([*options, name])}`"
+        f' (or CREATE DATABASE "{name}"; in psql), then run `gateway migrate`'
+    )

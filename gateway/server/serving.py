@@ -22,6 +22,7 @@ a reverse proxy in front for those (docs/operations.md).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -99,6 +100,33 @@ def process_group_metrics(settings: Settings, workers: int) -> Iterator[Path | N
     finally:
         if given is None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def listening_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on `host:port`, or None: the port is out of range, taken,
+    or the host is not an address of this machine. Bound once and released at once; uvicorn (or
+    `reuse_port_socket`) binds it again for good."""
+    if not 1 <= port <= 65535:
+        return f"cannot serve on port {port}: a TCP port is a number from 1 to 65535 (GATEWAY_PORT or --port)"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (
+                    f"cannot serve on {listening_url(host, port)}: the port is in use by another "
+                    "program (another gateway?): stop it, or choose another port with GATEWAY_PORT or --port"
+                )
+            return (
+                f"cannot serve on {listening_url(host, port)}: {exc.strerror or exc} (GATEWAY_HOST or --host)"
+            )
+        except (OverflowError, socket.gaierror) as exc:
+            return f"cannot serve on {listening_url(host, port)}: {exc} (GATEWAY_HOST or --host)"
+    return None
 
 
 def listening_url(host: str, port: int) -> str:

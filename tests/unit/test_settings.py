@@ -148,7 +148,16 @@ def test_an_unset_variable_without_default_names_the_key_and_the_variable(tmp_pa
 
 def test_an_unset_variable_in_a_list_names_the_index(tmp_path: Path) -> None:
     message = problem(tmp_path, WITH_REFERENCES, {"UP_KEY": "k"})
-    assert message == "providers[0].base_urls[0]: environment variable HOST is not set"
+    assert message == (  # each place that names it, at once
+        "providers[0].base_urls[0]: environment variable HOST is not set; "
+        "providers[0].base_urls[1]: environment variable HOST is not set"
+    )
+
+
+def test_every_unset_variable_is_named_at_once(tmp_path: Path) -> None:
+    message = problem(tmp_path, WITH_REFERENCES, {})
+    assert message.count("environment variable HOST is not set") == 2
+    assert "providers[0].api_key: environment variable UP_KEY is not set" in message
 
 
 # --- validation messages: file, key, problem --------------------------------------------------
