@@ -29,6 +29,7 @@ from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.request_ids import RequestIdMiddleware
 from gateway.api.responses import RESPONSES_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
+from gateway.auth.attempts import WEAK_ADMIN_KEY, strong_admin_key
 from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
@@ -117,6 +118,8 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         log.info("gateway_started", models=len(services.table.by_model), redis=settings.redis_url is not None)
         for deployment in unpriced_deployments(settings.catalog):
             log.warning("deployment_unpriced", deployment=deployment)
+        if settings.admin_key is not None and not strong_admin_key(settings.admin_key):
+            log.warning("admin_key_weak", detail=WEAK_ADMIN_KEY)
         try:
             yield
         finally:

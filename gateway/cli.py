@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING
 
+from gateway.auth.attempts import WEAK_ADMIN_KEY, strong_admin_key
 from gateway.commands.preflight import serving_problem, unresolved_store
 from gateway.settings import ConfigError, Settings, load_settings, unpriced_deployments
 
@@ -159,6 +160,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     )
     for deployment in unpriced_deployments(catalog):  # a warning: serving such a catalog is allowed
         print(f"gateway: warning: deployment {deployment} has no price: metered at 0 USD", file=sys.stderr)
+    if settings.admin_key is not None and not strong_admin_key(settings.admin_key):
+        print(f"gateway: warning: {WEAK_ADMIN_KEY}", file=sys.stderr)
     return 0
 
 

@@ -260,7 +260,7 @@ def open_services(settings: Settings) -> Services:
         report_sessions=sessions if read_engine is engine else ReplicaSessions(read_engine, sessions),
         redis=redis,
         key_cache=key_cache,
-        key_attempts=KeyAttempts(redis),
+        key_attempts=KeyAttempts(redis, admin_key=settings.admin_key),
         buffer=buffer,
         writer=UsageWriter.configured(settings, _worker_writes(settings, buffer), sessions),
         pins=pins,

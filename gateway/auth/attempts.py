@@ -14,10 +14,13 @@ Budgets are kept per client address and per what the attempt can be:
   this budget bounds the checks a client makes (typos, revoked keys, an old script, a scanner).
 
 A correct key is never refused for failures of the other kind, nor for any other address's: failed
-team keys from an office's shared address (or a proxy's) do not lock the admin out. What can refuse
-the admin key is `limit` wrong guesses at the admin key from its own address within the window, which
-is the guessing the budget exists to stop: letting a correct key through a spent budget would need
-checking every guess, and then nothing would bound them. Behind a reverse proxy, the address is the
+team keys from an office's shared address (or a proxy's) do not lock the admin out. A strong admin
+key (`STRONG_ADMIN_KEY_CHARS` or more, as `openssl rand -hex 32` gives) is never refused at all: it
+is compared, in constant time, before any budget is consulted, since guessing it is hopeless with or
+without a bound, so a lockout can only stall the operator, never protect the key. A shorter admin key
+may be guessable: then `limit` wrong guesses at it from one address lock that address out for the
+window, the admin included (letting a correct key through a spent budget would mean checking every
+guess, and nothing would bound them); `gateway check-config` and the start-up log say so. Behind a reverse proxy, the address is the
 proxy's unless it is trusted to name the client (GATEWAY_TRUSTED_PROXIES, gateway.server.forwarded).
 
 Counts live in Redis when the gateway has it (every process shares them) and in the process otherwise,
@@ -35,13 +38,19 @@ from typing import TypeVar
 import structlog
 from redis.exceptions import RedisError
 
-from gateway.auth.secrets import looks_like_team_key
+from gateway.auth.secrets import constant_time_equals, looks_like_team_key
 from gateway.redis.client import RedisClient
 
 log = structlog.get_logger("gateway.auth")
 
 T = TypeVar("T")
 
+STRONG_ADMIN_KEY_CHARS = 32  # 32 hex digits are 128 random bits
+WEAK_ADMIN_KEY = (
+    f"GATEWAY_ADMIN_KEY is shorter than {STRONG_ADMIN_KEY_CHARS} characters: ten wrong guesses from "
+    "an address lock that address out of the admin API and the console for 5 minutes, the admin "
+    "included (openssl rand -hex 32 makes a key that is never locked out)"
+)
 FAILURES_ALLOWED = 10  # per client address, kind and window: enough for typos, too few for guessing
 WINDOW_S = 300.0
 KEY_PREFIX = "gateway:auth:failed-attempts:"  # then <kind>:<address>
@@ -90,8 +99,11 @@ class KeyAttempts:
         limit: int = FAILURES_ALLOWED,
         window_s: float = WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
+        admin_key: str | None = None,
     ) -> None:
         self.limit = limit
+        # a strong admin key is let through whatever the budgets say (see the module docstring)
+        self._unthrottled_key = admin_key if strong_admin_key(admin_key) else None
         self.window_s = window_s
         self._redis = redis
         self._clock = clock
@@ -103,6 +115,8 @@ class KeyAttempts:
         """`verify()`'s answer for `key` from `address`, checked only if the client has an attempt
         left (TooManyAttempts otherwise); None (a refused key) keeps the attempt as a failure, and
         anything else, or an error while checking, gives it back."""
+        if self._unthrottled_key is not None and constant_time_equals(key, self._unthrottled_key):
+            return await verify()
         slot = await self._reserve(budget_of(address, key))
         try:
             accepted = await verify()
@@ -158,6 +172,11 @@ class KeyAttempts:
         counted = self._local.get(budget)
         if counted is not None and counted[1] > 0:
             self._local[budget] = (counted[0], counted[1] - 1)
+
+
+def strong_admin_key(admin_key: str | None) -> bool:
+    """Whether an admin key is long enough that guessing it needs no lockout."""
+    return admin_key is not None and len(admin_key) >= STRONG_ADMIN_KEY_CHARS
 
 
 def budget_of(address: str, key: str) -> str:

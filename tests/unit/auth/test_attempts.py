@@ -121,6 +121,24 @@ async def test_guesses_at_the_admin_key_are_bounded_per_address(
     assert await attempt(attempts, address + "-elsewhere", ADMIN_KEY, checker) == "admin"
 
 
+async def test_a_strong_admin_key_is_never_locked_out(address: str) -> None:
+    """A long admin key is compared before any budget: guessing it is hopeless anyway, so a spent
+    budget would only stall the operator. Wrong guesses stay bounded."""
+    strong = "0123456789abcdef" * 4
+    attempts, checker = KeyAttempts(None, LIMIT, admin_key=strong), Checker(good=strong)
+    answers = [await attempt(attempts, address, f"guess-{n}", checker) for n in range(LIMIT + 5)]
+    assert answers.count("refused") == LIMIT and answers.count("throttled") == 5
+    assert await attempt(attempts, address, strong, checker) == "admin"
+    assert await attempt(attempts, address, strong[:-1] + "x", checker) == "throttled"
+
+
+async def test_a_short_admin_key_is_not_exempt(address: str) -> None:
+    attempts, checker = KeyAttempts(None, LIMIT, admin_key=ADMIN_KEY), Checker()
+    for n in range(LIMIT):
+        await attempt(attempts, address, f"guess-{n}", checker)
+    assert await attempt(attempts, address, ADMIN_KEY, checker) == "throttled"
+
+
 async def test_an_error_while_checking_gives_the_slot_back(attempts_factory: Factory, address: str) -> None:
     attempts = attempts_factory()
 
