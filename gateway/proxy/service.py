@@ -397,8 +397,10 @@ class ProxyService:
             await self._response_owners.remember(team_id, response_id)
         if self._on_event is not None:
             self._on_event(event)
+        trace_id = ctx.correlation.trace_id
         if ctx.attempts.trace is not None:
             ctx.attempts.trace.finish(event, deployment)
+            trace_id = ctx.attempts.trace.trace_id(trace_id)
         log_request(
             {
                 "request_id": ctx.request_id,
@@ -417,6 +419,6 @@ class ProxyService:
                 "latency_ms": latency_ms,
                 "error": error_code,
                 "client_request_id": ctx.correlation.client_request_id,
-                "trace_id": ctx.correlation.trace_id,
+                "trace_id": trace_id,
             }
         )

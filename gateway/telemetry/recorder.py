@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from asyncio import CancelledError
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -25,6 +26,7 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
     Tracer,
+    format_trace_id,
     set_span_in_context,
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -71,13 +73,15 @@ def _error_type(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _fail(span: Span, exc: BaseException) -> None:
+def _fail(span: Span, exc: BaseException, *, server: bool = False) -> None:
     """The error's kind and status on a span, and the span ended; never the error's text, which
-    may quote the request."""
+    may quote the request. A SERVER span is in error for a 5xx only (the HTTP conventions: a 4xx
+    is the client's), a CLIENT span for any failure."""
     span.set_attribute(sc.ERROR, _error_type(exc))
-    if isinstance(exc, GatewayError):
-        span.set_attribute(sc.HTTP_STATUS, exc.status)
-    span.set_status(Status(StatusCode.ERROR))
+    status = exc.status if isinstance(exc, GatewayError) else 499 if isinstance(exc, CancelledError) else 500
+    span.set_attribute(sc.HTTP_STATUS, status)
+    if not server or status >= 500:
+        span.set_status(Status(StatusCode.ERROR))
     span.end()
 
 
@@ -167,6 +171,13 @@ class RequestTrace:
         self._attempt: AttemptSpan | None = None
         self._ended = False
 
+    def trace_id(self, client_trace_id: str | None) -> str | None:
+        """The trace the request's spans are in (the client's, or the one they started), for the
+        log line; the client's when traces are not exported."""
+        if self._span is None:
+            return client_trace_id
+        return format_trace_id(self._span.get_span_context().trace_id)
+
     def attempt(self, deployment: Deployment, number: int, grant: Grant) -> AttemptSpan | None:
         """The span of an attempt that has its permit, after the wait for it (an event on the
         request's span); None when traces are not exported."""
@@ -229,7 +240,7 @@ class RequestTrace:
         if self._attempt is not None and self._attempt.span.is_recording():
             _fail(self._attempt.span, exc)
         if self._span is not None:
-            _fail(self._span, exc)
+            _fail(self._span, exc, server=True)
 
 
 def _host(base_url: str) -> str:

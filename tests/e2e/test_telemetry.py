@@ -193,7 +193,13 @@ def test_a_batchs_requests_share_their_session_id(traced: Traced) -> None:
     spans = [traced.server_span(request_id) for request_id in ids]
     assert {(s.attributes["session.id"], s.attributes["gateway.batch.id"]) for s in spans} == {(batch, batch)}
     assert len({s.trace_id for s in spans}) == 3  # a session, not a trace
-    assert "session.id" not in traced.server_span(alone.headers["x-request-id"]).attributes
+    alone_span = traced.server_span(alone.headers["x-request-id"])
+    assert "session.id" not in alone_span.attributes
+    # a request without a traceparent starts a trace of its own, which its log line names
+    logged = [json.loads(line) for line in traced.gateway.logs().splitlines() if alone_span.trace_id in line]
+    assert [(line["event"], line["request_id"]) for line in logged] == [
+        ("request", alone.headers["x-request-id"])
+    ]
 
 
 def test_a_jobs_lines_share_one_trace(traced: Traced) -> None:
