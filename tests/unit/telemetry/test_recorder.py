@@ -5,6 +5,7 @@ OpenTelemetry (or of gateway.telemetry) runs for a request at all. A job's lines
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -20,12 +21,13 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
+from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 import gateway.telemetry
 from gateway.auth.principal import Principal
 from gateway.dispatch.executor import Executor
 from gateway.dispatch.httpx_bridge import HttpxUpstream
+from gateway.errors import RateLimited
 from gateway.limits import MemoryLimiter, Reservations
 from gateway.metrics import Metrics
 from gateway.mockupstream.behaviour import MockBehaviour
@@ -191,6 +193,23 @@ async def test_the_token_usage_histogram_counts_each_type(
     ]
     sums = {p.attributes["gen_ai.token.type"]: p.sum for p in usage.data.data_points}  # type: ignore[union-attr, index]
     assert sums == {"input": 18, "output": 8}
+
+
+async def test_a_request_refused_at_admission_is_a_span_with_its_status(
+    pipelines: Callable[[Telemetry | None], ProxyPipeline],
+) -> None:
+    record = recorded()
+    pipeline = pipelines(record.telemetry)
+    refusing = dataclasses.replace(pipeline, keys=Keys(principal(team_tpm=1)))  # can never fit
+
+    with pytest.raises(RateLimited):
+        await send(refusing)
+
+    [server] = record.spans.get_finished_spans()
+    assert server.kind is SpanKind.SERVER and server.attributes is not None
+    assert server.attributes["http.response.status_code"] == 429
+    assert server.attributes["error.type"] == RateLimited.code
+    assert server.status.status_code is StatusCode.UNSET  # a 4xx is the client's, not the server's error
 
 
 def test_a_jobs_lines_share_a_trace_of_their_own() -> None:
