@@ -26,6 +26,7 @@ from gateway.api.openai import OPENAI_HANDLERS
 from gateway.api.openapi_config import openapi_config
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.providers import PROVIDER_HANDLERS
+from gateway.api.query_params import DeclaredQueries
 from gateway.api.request_ids import RequestIdMiddleware
 from gateway.api.responses import RESPONSES_HANDLERS
 from gateway.api.usage import USAGE_HANDLERS
@@ -126,7 +127,13 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             await services.aclose()
             log.info("gateway_stopped")
 
-    return Litestar(
+    queries = DeclaredQueries()
+
+    def before_request(request: Request) -> Response[None] | None:
+        queries.check(request)
+        return answer_options(request)
+
+    app = Litestar(
         route_handlers=[
             *OPENAI_HANDLERS,
             *RESPONSES_HANDLERS,
@@ -141,7 +148,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             console_router(settings),
         ],
         lifespan=[lifespan],
-        before_request=answer_options,
+        before_request=before_request,
         middleware=[RequestIdMiddleware],
         exception_handlers={
             GatewayError: gateway_error_handler,
@@ -154,3 +161,5 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         template_config=console_templates(),
         debug=False,
     )
+    queries.learn(app)
+    return app

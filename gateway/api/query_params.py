@@ -2,7 +2,9 @@
 
 Text without control characters, ISO dates and datetimes the calendar and UTC can hold, page sizes
 within their bounds: anything else is a 400 naming the parameter, never a database error.
-`documented_query` says the same in the OpenAPI document.
+`documented_query` says the same in the OpenAPI document. A parameter that a GET endpoint does not
+declare is a 400 naming it too (`DeclaredQueries`): a misspelt filter must not widen a report to
+everything.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import re
 from datetime import UTC, date, datetime
 from typing import Any
 
+from litestar import Litestar, Request
 from litestar.params import QueryParameter
+from litestar.routes import HTTPRoute
 
 from gateway.errors import InvalidRequest
 
@@ -90,3 +94,38 @@ def documented_limit(maximum: int, default: int) -> QueryParameter:
     return documented_query(
         f"Items per page: 1 to {maximum}.", type="integer", minimum=1, maximum=maximum, default=default
     )
+
+
+UNCHECKED_PATHS = ("/ui", "/schema")  # pages for a browser, and Litestar's own OpenAPI routes
+
+
+class DeclaredQueries:
+    """The query parameters each GET endpoint declares, its own and its dependencies', as
+    Litestar's routes hold them (so the OpenAPI document and this check read the same list)."""
+
+    def __init__(self) -> None:
+        self._by_handler: dict[int, frozenset[str]] = {}
+
+    def learn(self, app: Litestar) -> None:
+        """Read the app's routes: once, when it is built."""
+        for route in app.routes:
+            if not isinstance(route, HTTPRoute) or route.path.startswith(UNCHECKED_PATHS):
+                continue
+            for method, (handler, kwargs) in route.route_handler_map.items():
+                names = frozenset(parameter.field_alias for parameter in kwargs.expected_query_params)
+                if method == "GET" and names:
+                    self._by_handler[id(handler)] = names
+
+    def check(self, request: Request) -> None:
+        """A 400 naming every query parameter the endpoint does not take."""
+        declared = self._by_handler.get(id(request.route_handler))
+        if declared is None or request.method != "GET":
+            return
+        unknown = sorted({name for name in request.query_params if name not in declared})
+        if unknown:
+            named = ", ".join(f"`{name[:MAX_TEXT]}`" for name in unknown)
+            raise InvalidRequest(
+                f"Unknown query parameter {named}: this endpoint takes {', '.join(sorted(declared))}.",
+                param=unknown[0][:MAX_TEXT],
+                code="unknown_parameter",
+            )

@@ -14,11 +14,13 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, Response, get
 from litestar.di import NamedDependency, Provide
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api.admin.guards import require_admin
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.api.query_params import documented_query, moment_param, page_size, text_param
 from gateway.db.session import report_sessions
+from gateway.db.teams import reported_team_id, team_names
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.metering.reports import (
     GROUP_FIELDS,
@@ -55,6 +57,7 @@ class UsageReportRow(msgspec.Struct, kw_only=True):
     """A report line as its OpenAPI schema describes it: the group-by fields asked for, then totals."""
 
     team_id: str | None = None
+    team_name: str | None = None  # beside team_id whenever the report groups by team
     key_id: str | None = None
     model: str | None = None
     provider: str | None = None
@@ -118,14 +121,26 @@ class ReportParams:
     model: str | None
     provider: str | None
     batch: str | None
+    team: str | None = None
+
+    def team_named(self) -> tuple[str, str] | None:
+        """(parameter, team id or name) of the team filter: `team_id` or its alias `team`."""
+        team_id, team = text_param(self.team_id, "team_id"), text_param(self.team, "team")
+        if team_id is not None and team is not None and team_id != team:
+            raise InvalidRequest("Give `team_id` or `team`, not both.", param="team")
+        if team_id is not None:
+            return "team_id", team_id
+        return ("team", team) if team is not None else None
 
     def query(self) -> UsageQuery:
-        """The report they ask for; a 400 naming the first parameter that is not usable."""
+        """The report they ask for; a 400 naming the first parameter that is not usable. A team
+        named by its name is resolved to its id by `resolved`."""
+        named = self.team_named()
         return UsageQuery(
             start=moment_param(self.start, "start"),
             end=moment_param(self.end, "end"),
             group_by=parse_group_by(text_param(self.group_by, "group_by")),
-            team_id=text_param(self.team_id, "team_id"),
+            team_id=named[1] if named else None,
             key_id=text_param(self.key_id, "key_id"),
             model=text_param(self.model, "model"),
             provider=text_param(self.provider, "provider"),
@@ -146,20 +161,31 @@ def report_params(
         str | None,
         documented_query(f"Comma-separated, any of: {FIELDS} (UTC days).", **GROUP_BY),
     ] = None,
-    team_id: Annotated[str | None, documented_query("Only this team's usage.")] = None,
+    team_id: Annotated[str | None, documented_query("Only this team's usage: its id or its name.")] = None,
     key_id: Annotated[str | None, documented_query("Only this API key's usage.")] = None,
     model: Annotated[str | None, documented_query("Only this model (the name clients send).")] = None,
     provider: Annotated[str | None, documented_query("Only this provider's deployments.")] = None,
     batch: Annotated[str | None, documented_query("Only this batch id's usage.")] = None,
+    team: Annotated[str | None, documented_query("`team_id` by another name: a team's name or id.")] = None,
 ) -> ReportParams:
-    return ReportParams(start, end, group_by, team_id, key_id, model, provider, batch)
+    return ReportParams(start, end, group_by, team_id, key_id, model, provider, batch, team)
+
+
+async def resolved(session: AsyncSession, params: ReportParams) -> UsageQuery:
+    """The report's query with its team filter as an id, whichever way the caller named the team."""
+    query, named = params.query(), params.team_named()
+    if named is None:
+        return query
+    return replace(query, team_id=await reported_team_id(session, named[1], param=named[0]))
 
 
 REPORT_PARAMS = {"params": Provide(report_params, sync_to_thread=False)}
 
 
-def _row(row: UsageRow, query: UsageQuery) -> dict[str, Any]:
+def _row(row: UsageRow, query: UsageQuery, names: dict[str, str]) -> dict[str, Any]:
     shown = {ROW_FIELD[field]: getattr(row, ROW_FIELD[field]) for field in query.group_by}
+    if "team" in query.group_by:
+        shown["team_name"] = names.get(row.team_id or "")
     totals = msgspec.structs.asdict(row)
     return (
         shown
@@ -177,14 +203,37 @@ def _row(row: UsageRow, query: UsageQuery) -> dict[str, Any]:
     )
 
 
-async def _report(request: Request, query: UsageQuery, output: str | None) -> Response[Any]:
+async def _report(
+    request: Request, params: ReportParams, output: str | None, *, team_id: str | None = None
+) -> Response[Any]:
+    """The report `params` ask for; `team_id`: limited to this team whatever they ask."""
     if output not in (None, "json", "csv"):
         raise InvalidRequest("`format` must be json or csv.", param="format")
     async with report_sessions(services_of(request))() as session:
+        if team_id is None:
+            query = await resolved(session, params)
+        else:
+            query = replace(params.query(), team_id=await _own_team(session, params, team_id))
         rows = await usage_report(session, query)
+        names = (
+            await team_names(session, {r.team_id for r in rows if r.team_id})
+            if "team" in query.group_by
+            else {}
+        )
     if output == "csv":
         return Response(report_csv(rows, query.group_by), media_type="text/csv")
-    return _json({"object": "list", "data": [_row(r, query) for r in rows], "next_cursor": None})
+    return _json({"object": "list", "data": [_row(r, query, names) for r in rows], "next_cursor": None})
+
+
+async def _own_team(session: AsyncSession, params: ReportParams, team_id: str) -> str:
+    """`team_id`, when the filter names no team or the caller's own (by id or name); a 403 for any
+    other, whether or not a team of that name exists (a team key learns nothing of other teams)."""
+    named = params.team_named()
+    if named is not None and named[1] != team_id:
+        own_name = (await team_names(session, {team_id})).get(team_id)
+        if named[1] != own_name:
+            raise PermissionDenied("A team key may only read its own team's usage", param=named[0])
+    return team_id
 
 
 @get("/admin/usage", operation_class=documented(content=REPORT_CONTENT), dependencies=REPORT_PARAMS)
@@ -192,7 +241,7 @@ async def admin_usage(
     request: Request, params: NamedDependency[ReportParams], output: Format = None
 ) -> Response[Any]:
     await require_admin(request)
-    return await _report(request, params.query(), output)
+    return await _report(request, params, output)
 
 
 def _event(row: UsageEventRow) -> dict[str, Any]:
@@ -226,10 +275,11 @@ async def admin_usage_events(
     ] = None,
 ) -> Response[bytes]:
     await require_admin(request)
-    query = params.query()
+    params.query()  # every parameter checked before any is used
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
     after = text_param(cursor, "cursor")
     async with report_sessions(services_of(request))() as session:
+        query = await resolved(session, params)
         rows, next_cursor = await usage_events(session, query, after, size)
     return _json({"object": "list", "data": [_event(row) for row in rows], "next_cursor": next_cursor})
 
@@ -241,10 +291,8 @@ async def team_usage(
     """The same report, always limited to the caller's own team."""
     services = services_of(request)
     principal = await services.key_cache.authenticate(request.headers.get("authorization"))
-    query = params.query()
-    if query.team_id is not None and query.team_id != principal.team_id:
-        raise PermissionDenied("A team key may only read its own team's usage", param="team_id")
-    return await _report(request, replace(query, team_id=principal.team_id), output)
+    params.query()  # every parameter checked before the team is looked up
+    return await _report(request, params, output, team_id=principal.team_id)
 
 
 USAGE_HANDLERS = [admin_usage, admin_usage_events, team_usage]

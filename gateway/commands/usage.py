@@ -1,4 +1,5 @@
-"""`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records;
+"""`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records, teams
+named by their names (`--team` takes a name or an id);
 `gateway usage partitions`: usage_records' month partitions created ahead and expired ones dropped
 (gateway.metering.upkeep), as the usage writer does daily."""
 
@@ -12,9 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.commands.database import run_in_transaction
 from gateway.commands.terminal import render_table
+from gateway.db.teams import reported_team_id, team_names
 from gateway.metering.partitions import is_partitioned, month_partitions
 from gateway.metering.pricing import money_str
-from gateway.metering.reports import ROW_FIELD, UsageQuery, parse_group_by, report_csv, usage_report
+from gateway.metering.reports import ROW_FIELD, UsageQuery, UsageRow, parse_group_by, report_csv, usage_report
 from gateway.metering.retention import records_from
 from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage
 from gateway.settings import Settings
@@ -30,11 +32,12 @@ def _day(raw: str | None) -> datetime | None:
 
 def cmd_usage(args: argparse.Namespace) -> int:
     async def work(_: Settings, session: AsyncSession) -> int:
+        team_id = await reported_team_id(session, args.team, param="--team") if args.team else None
         query = UsageQuery(
             start=_day(args.start),
             end=_day(args.end),
             group_by=parse_group_by(args.group_by),
-            team_id=args.team,
+            team_id=team_id,
             key_id=args.key,
             model=args.model,
             provider=args.provider,
@@ -46,17 +49,31 @@ def cmd_usage(args: argparse.Namespace) -> int:
         elif args.format == "json":
             print(msgspec.json.encode(rows, enc_hook=str).decode())
         else:
-            columns = [ROW_FIELD[field] for field in query.group_by]
-            table = [
-                [str(getattr(row, c) or "-") for c in columns]
-                + [str(getattr(row, t)) for t in TOTALS]
-                + [money_str(row.cost), money_str(row.saving)]
-                for row in rows
-            ]
-            print(render_table([*columns, *TOTALS, "cost_usd", "saving_usd"], table))
+            names = await team_names(session, {row.team_id for row in rows if row.team_id})
+            print(_table(rows, query, names))
         return 0
 
     return run_in_transaction(work, report=True)
+
+
+def _table(rows: list[UsageRow], query: UsageQuery, names: dict[str, str]) -> str:
+    """The report for a person: a team by its name (its id when it has none), in a `team` column."""
+    columns = [ROW_FIELD[field] for field in query.group_by]
+
+    def shown(row: UsageRow, column: str) -> str:
+        value = getattr(row, column)
+        if column == "team_id" and value:
+            value = names.get(value, value)
+        return str(value or "-")
+
+    table = [
+        [shown(row, c) for c in columns]
+        + [str(getattr(row, t)) for t in TOTALS]
+        + [money_str(row.cost), money_str(row.saving)]
+        for row in rows
+    ]
+    headers = ["team" if c == "team_id" else c for c in columns]
+    return render_table([*headers, *TOTALS, "cost_usd", "saving_usd"], table)
 
 
 def cmd_usage_partitions(args: argparse.Namespace) -> int:
@@ -89,7 +106,7 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:
     )
     usage.add_argument("--start", help="first day, YYYY-MM-DD (UTC)")
     usage.add_argument("--end", help="day after the last, YYYY-MM-DD (UTC)")
-    usage.add_argument("--team", help="only this team id")
+    usage.add_argument("--team", help="only this team: its name or id")
     usage.add_argument("--key", help="only this key id")
     usage.add_argument("--model")
     usage.add_argument("--provider")

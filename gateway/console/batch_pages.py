@@ -3,11 +3,13 @@ their progress), `/ui/fragments/jobs` (the jobs part alone, which the page polls
 `/ui/batches/{id}` (one batch: pin, job, totals and throughput).
 
 The same functions as `/v1/gateway/batches` and `/v1/batches` read them, a fixed number of queries
-a page: the batches of a page are totalled by one report grouped by batch, from the oldest of them.
+a page: the batches of a page are totalled by one report grouped by batch, from the oldest of them,
+and the jobs' deployments and output tokens are read from their records by one grouped query.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,12 +19,14 @@ from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 from litestar.response import Template
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api.batch_jobs import batch_object
 from gateway.console.rendering import page
 from gateway.console.sessions import Viewer
 from gateway.console.usage_pages import team_names
+from gateway.db.models import UsageRecord
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.batches import get_job, list_jobs
 from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
@@ -46,8 +50,17 @@ class BatchLine:
 
 
 @dataclass(frozen=True, slots=True)
+class JobRecords:
+    """What a job's usage records say of it: where its lines ran and the tokens they produced."""
+
+    deployments: tuple[str, ...] = ()
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class JobLine:
     job: Batch
+    records: JobRecords = JobRecords()
 
     @property
     def done(self) -> int:
@@ -56,6 +69,36 @@ class JobLine:
     @property
     def running(self) -> bool:
         return self.job.status in RUNNING
+
+    @property
+    def deployment(self) -> str | None:
+        """The job's pin, or where its records say its lines ran (a job the gateway runs keeps its
+        pin in the batch pin store, not on the job)."""
+        return self.job.gateway.deployment or ", ".join(self.records.deployments) or None
+
+    def _running_s(self, now: float) -> float | None:
+        """Seconds from the job's start to its end (now while it runs); None before it started."""
+        job = self.job
+        started = job.in_progress_at if isinstance(job.in_progress_at, int) else None
+        ends = (job.finalizing_at, job.completed_at, job.cancelled_at, job.failed_at, job.expired_at)
+        ended = next((moment for moment in ends if isinstance(moment, int)), None)
+        if started is None:
+            return None
+        span = (now if ended is None else ended) - started
+        return span if span > 0 else None
+
+    def lines_per_s(self, now: float) -> float | None:
+        span = self._running_s(now)
+        return None if span is None or not self.done else self.done / span
+
+    def tokens_per_s(self, now: float) -> float | None:
+        """Output (completion) tokens a second over the job's running time."""
+        span = self._running_s(now)
+        return (
+            None
+            if span is None or not self.records.completion_tokens
+            else self.records.completion_tokens / span
+        )
 
 
 async def _team(
@@ -84,7 +127,32 @@ def _links(viewer: Viewer, team_id: str | None, jobs_after: str | None) -> dict[
 
 async def _jobs(session: AsyncSession, team_id: str, after: str | None) -> tuple[list[JobLine], bool]:
     jobs, more = await list_jobs(session, team_id, limit=JOBS_A_PAGE, after=after)
-    return [JobLine(batch_object(job)) for job in jobs], more
+    objects = [batch_object(job) for job in jobs]
+    records = await _job_records(session, team_id, objects)
+    return [JobLine(job, records.get(job.id, JobRecords())) for job in objects], more
+
+
+async def _job_records(session: AsyncSession, team_id: str, jobs: list[Batch]) -> dict[str, JobRecords]:
+    """Each job's deployments and output tokens, from its records (all at or after its creation)."""
+    if not jobs:
+        return {}
+    r = UsageRecord
+    since = datetime.fromtimestamp(min(job.created_at for job in jobs), UTC)
+    statement = (
+        select(r.batch_id, r.deployment, func.sum(r.completion_tokens))
+        .where(r.team_id == team_id, r.batch_id.in_([job.id for job in jobs]), r.created_at >= since)
+        .group_by(r.batch_id, r.deployment)
+        .order_by(r.batch_id, r.deployment)
+    )
+    found: dict[str, JobRecords] = {}
+    for batch_id, deployment, tokens in await session.execute(statement):
+        if batch_id is None:
+            continue
+        seen = found.get(batch_id, JobRecords())
+        found[batch_id] = JobRecords(
+            (*seen.deployments, deployment), seen.completion_tokens + int(tokens or 0)
+        )
+    return found
 
 
 async def _batches(session: AsyncSession, team_id: str, after: str | None) -> tuple[list[BatchLine], bool]:
@@ -113,7 +181,7 @@ async def batches_page(
             context["batches"], context["more_batches"] = await _batches(session, team_id, after)
             context["jobs"], context["more_jobs"] = await _jobs(session, team_id, jobs_after)
     context |= _links(viewer, team_id, jobs_after)
-    return page("batches.html", viewer, "batches", team_id=team_id, teams=names, **context)
+    return page("batches.html", viewer, "batches", team_id=team_id, teams=names, now=time.time(), **context)
 
 
 @get("/fragments/jobs")
@@ -127,7 +195,8 @@ async def jobs_fragment(
     async with services_of(request).sessions() as session:
         team_id, _ = await _team(session, viewer, team)
         jobs, more = await _jobs(session, team_id, jobs_after) if team_id else ([], False)
-    context = {"team_id": team_id, "jobs": jobs, "more_jobs": more} | _links(viewer, team_id, jobs_after)
+    context: dict[str, Any] = {"team_id": team_id, "jobs": jobs, "more_jobs": more, "now": time.time()}
+    context |= _links(viewer, team_id, jobs_after)
     return page("_jobs.html", viewer, "batches", **context)
 
 

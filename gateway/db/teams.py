@@ -91,6 +91,26 @@ async def find_team(session: AsyncSession, id_or_name: str) -> Team:
     return team
 
 
+async def reported_team_id(session: AsyncSession, id_or_name: str, *, param: str) -> str:
+    """The id of the team a report filter names by id or by name, deleted teams too (their usage
+    stays in the reports); NotFound naming `param` when no team has that id or name."""
+    query = select(Team.id, Team.deleted_at).where(or_(Team.id == id_or_name, Team.name == id_or_name))
+    found = sorted(
+        await session.execute(query), key=lambda row: (row.id != id_or_name, row.deleted_at is not None)
+    )
+    if not found:
+        raise NotFound(f"No team with id or name {id_or_name!r}.", param=param)
+    return str(found[0].id)
+
+
+async def team_names(session: AsyncSession, team_ids: set[str]) -> dict[str, str]:
+    """Each team's name by id, deleted teams too, for a report that shows names."""
+    if not team_ids:
+        return {}
+    rows = await session.execute(select(Team.id, Team.name).where(Team.id.in_(team_ids)))
+    return {row.id: row.name for row in rows}
+
+
 async def list_teams(
     session: AsyncSession, *, limit: int, cursor: str | None
 ) -> tuple[list[Team], str | None]:

@@ -73,6 +73,12 @@ def test_a_running_jobs_progress_moves_on_the_page_by_itself(
     assert progress(page, job.id) == (LINES, LINES)
     assert page.locator(f'tr[data-job="{job.id}"] td[data-field="completed"]').inner_text() == str(LINES)
     assert page.evaluate("window.consoleNeverReloaded") is True, "the rows were swapped in, the page stayed"
+    finished = page.locator(f'tr[data-job="{job.id}"]')
+    assert finished.locator('td[data-field="deployment"]').inner_text() == "up/upstream-chat"
+    throughput = finished.locator('td[data-field="throughput"]').inner_text()
+    print("job throughput:", throughput.replace("\n", " "))
+    lines_per_s, tokens_per_s = (float(part.split()[0].replace(",", "")) for part in throughput.splitlines())
+    assert lines_per_s > 0 and tokens_per_s > 0
 
     recorded = stack.wait_for_requests(team.id, LINES)
     page.reload()
