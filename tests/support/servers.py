@@ -25,6 +25,9 @@ import redis
 from tests.support.children import die_with_parent
 
 REDIS_ENV, POSTGRES_ENV = "GATEWAY_TEST_REDIS_URL", "GATEWAY_TEST_POSTGRES_URL"
+# The stores the session started itself ("redis", "postgres"), as opposed to those the environment
+# named: tests/test_session_stores.py checks that a started one is never a machine's default server.
+STARTED_ENV = "GATEWAY_TEST_STORES_STARTED"
 
 
 def free_port() -> int:
@@ -164,12 +167,14 @@ def start_session_stores() -> list[Callable[[], None]]:
     Returns what stops them. Without a name and without the server's binaries the run stops here
     with what to do, rather than falling back to a server that holds somebody's data."""
     stops: list[Callable[[], None]] = []
+    started = []
     if REDIS_ENV not in os.environ:
         if shutil.which("redis-server") is None:
             raise RuntimeError(f"redis-server is not installed: `make test` installs it, or set {REDIS_ENV}")
         redis_server = PrivateRedis(appendonly=False).start()
         stops.append(redis_server.destroy)
         os.environ[REDIS_ENV] = f"redis://127.0.0.1:{redis_server.port}"
+        started.append("redis")
     if POSTGRES_ENV not in os.environ:
         try:
             _postgres_bin("initdb")
@@ -180,4 +185,8 @@ def start_session_stores() -> list[Callable[[], None]]:
         postgres = PrivatePostgres().init()
         stops.append(postgres.destroy)
         os.environ[POSTGRES_ENV] = f"postgresql://postgres@127.0.0.1:{postgres.port}"
+        started.append("postgres")
+    os.environ.setdefault(
+        STARTED_ENV, " ".join(started)
+    )  # a nested session (a child pytest) keeps its parent's
     return stops
