@@ -232,7 +232,6 @@ def open_services(settings: Settings) -> Services:
         UpstreamPool(),
         mock=in_process_mock(catalog),
         scheduler=scheduler,
-        telemetry=telemetry,
     )
     proxy = ProxyService(
         table,
@@ -244,6 +243,7 @@ def open_services(settings: Settings) -> Services:
         on_event=metrics.observe_event,
         settle=limiter.settle,
         response_owners=ResponseOwners(sessions, redis),
+        telemetry=telemetry,
     )
     key_cache = KeyCache(
         key_state_loader(sessions),

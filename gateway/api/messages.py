@@ -23,9 +23,9 @@ from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schem
 from gateway.auth.principal import Principal
 from gateway.errors import UpstreamError
 from gateway.limits import Reservation
+from gateway.metering.events import UsageEvent, UsageSource
 from gateway.providers.base import Endpoint
 from gateway.providers.messages_count import (
-    count_record,
     count_request,
     counted_tokens,
     estimate_tokens,
@@ -136,3 +136,39 @@ async def _counted_upstream(
 
 
 MESSAGES_HANDLERS = [create_message, count_message_tokens]
+
+
+COUNT_ENDPOINT = "messages/count_tokens"  # the usage records' endpoint of a forwarded count
+
+
+def count_record(
+    request_id: str,
+    principal: Principal,
+    counter: Deployment,
+    started: tuple[float, float],
+    status: int,
+    *,
+    input_tokens: int = 0,
+    error_code: str | None = None,
+) -> UsageEvent:
+    """The usage record of a count forwarded to `counter` (`started`: the request's unix time and
+    perf_counter): the count as its prompt tokens, at no cost, since providers do not bill counting;
+    it is recorded because it reached the upstream (and spent the operator's quota there)."""
+    created_at, began = started
+    return UsageEvent(
+        request_id=request_id,
+        created_at=created_at,
+        team_id=principal.team_id,
+        key_id=principal.key_id,
+        model=counter.model,
+        provider=counter.provider.name,
+        region=counter.region,
+        deployment=counter.id,
+        upstream_model=counter.upstream_model,
+        endpoint=COUNT_ENDPOINT,
+        status=status,
+        prompt_tokens=input_tokens,
+        usage_source=UsageSource.UPSTREAM if status == 200 else UsageSource.NONE,
+        latency_ms=round((time.perf_counter() - began) * 1000, 3),
+        error_code=error_code,
+    )

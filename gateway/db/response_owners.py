@@ -7,8 +7,7 @@ ownership check of the Responses API (gateway.proxy.response_owners).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import asyncpg
 from sqlalchemy import Table, select
@@ -16,7 +15,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.db.models import ResponseOwner
-from gateway.metering.events import UsageEvent
 
 OwnerRow = tuple[str, str, datetime]  # (response_id, team_id, created_at)
 # The column's width. Real ids are a few dozen characters; a longer one is never recorded (its
@@ -28,15 +26,6 @@ _INSERT_UNNESTED = (
     "INSERT INTO response_owners (response_id, team_id, created_at) "
     "SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[]) ON CONFLICT DO NOTHING"
 )
-
-
-def owner_rows(events: Iterable[UsageEvent]) -> list[OwnerRow]:
-    """The owner row of each event that carries a response id."""
-    return [
-        (event.response_id, event.team_id, datetime.fromtimestamp(event.created_at, UTC))
-        for event in events
-        if event.response_id and len(event.response_id) <= MAX_RESPONSE_ID
-    ]
 
 
 async def insert_owners(session: AsyncSession, rows: list[OwnerRow]) -> None:

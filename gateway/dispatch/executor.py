@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
@@ -41,10 +41,22 @@ from gateway.scheduling.scheduler import Scheduler
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import Catalog, Provider, ProviderKind, RetrySettings
 
-if TYPE_CHECKING:
-    from gateway.telemetry import RequestTrace, Telemetry
-
 T = TypeVar("T")
+
+
+class AttemptSpan(Protocol):
+    """One traced attempt (`gateway.telemetry.recorder.AttemptSpan`): runs it inside its span."""
+
+    async def run(
+        self, once: Callable[[Grant, UpstreamCall], Awaitable[T]], grant: Grant, call: UpstreamCall
+    ) -> T: ...
+
+
+class RequestTracing(Protocol):
+    """A request's spans as the executor sees them (`gateway.telemetry.RequestTrace`): declared
+    here so that sending knows nothing of OpenTelemetry, which sits above it."""
+
+    def attempt(self, deployment: Deployment, number: int, grant: Grant) -> AttemptSpan | None: ...
 
 
 class UpstreamAnswerTooLarge(UpstreamTooLarge):
@@ -66,7 +78,7 @@ class Attempts:
     queue_s: float = 0.0  # time spent waiting for capacity (excluded from the overhead too)
     ttft_s: float | None = None  # to a stream's first frames, or a measured answer's first token
     errors: list[str] = field(default_factory=list)
-    trace: RequestTrace | None = None  # the request's spans, while telemetry is on (gateway.telemetry)
+    trace: RequestTracing | None = None  # the request's spans, while telemetry is on (gateway.telemetry)
 
 
 class Executor:
@@ -81,7 +93,6 @@ class Executor:
         mock: UpstreamClient | None = None,
         scheduler: Scheduler | None = None,
         rng: random.Random | None = None,
-        telemetry: Telemetry | None = None,
     ) -> None:
         if mock is None and any(p.kind is ProviderKind.MOCK for p in catalog.providers):
             raise ValueError("The catalog has a mock provider: give the executor its in-process client")
@@ -92,8 +103,6 @@ class Executor:
         self._network = network
         self._mock = mock
         self.scheduler = scheduler or Scheduler(catalog)
-        # this process's traces and GenAI metrics (None: off), for every proxy sending through it
-        self.telemetry = telemetry
         # Resolved once per provider and endpoint, the first time one is asked for.
         self._adapters: dict[tuple[str, Endpoint], ProviderAdapter] = {}
 

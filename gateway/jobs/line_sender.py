@@ -140,8 +140,6 @@ class RunsWrittenFirst:
 
     def __init__(self, executor: Dispatcher) -> None:
         self._executor = executor
-        # the executor's telemetry, which the jobs' proxy takes from its dispatcher (gateway.telemetry)
-        self.telemetry = getattr(executor, "telemetry", None)
 
     async def send(
         self,
@@ -245,8 +243,8 @@ class LineSender:
 
         attempts.begin = begun
         if self.proxy.telemetry is not None:  # the line's span, a child in its job's trace
-            attempts.trace = self.proxy.telemetry.job_line(
-                request_id, ctx.principal, ctx.parsed, ctx.directives
+            ctx.trace_with(
+                self.proxy.telemetry.job_line(request_id, ctx.principal, ctx.parsed, ctx.directives)
             )
         try:
             completed = await self.proxy.complete(ctx)
@@ -257,8 +255,8 @@ class LineSender:
             return LineRun(_failed(line, request_id, exc, attempts.count), event, admission=ctx.admission)
         except BaseException as exc:
             self.usage.take(request_id)  # a cancelled send leaves its run to be recovered
-            if attempts.trace is not None:
-                attempts.trace.fail(exc)
+            if ctx.trace is not None:
+                ctx.trace.fail(exc)
             if not isinstance(exc, Exception) or isinstance(exc, ledger.LeaseLost):
                 raise
             # Whether the request went out before it broke is not known: once its run began, the

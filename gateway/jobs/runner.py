@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from gateway.routing.health import HealthBoard
     from gateway.routing.pins import PinStore
     from gateway.settings import JobSettings, Settings
+    from gateway.telemetry import Telemetry
 
 log = structlog.get_logger("gateway.jobs")
 # What a job's final status is, by what ended it, and what its unfinished lines are called.
@@ -94,6 +95,7 @@ class RunnerServices(Protocol):
     pins: PinStore
     health: HealthBoard
     executor: Executor
+    telemetry: Telemetry | None
     metrics: Metrics
     limiter: Limiter
     file_store: FileStore | None
@@ -499,6 +501,7 @@ class JobRunner:
             usage,
             catalog.retry,
             on_event=services.metrics.observe_event,
+            telemetry=services.telemetry,
         )
         reservations = Reservations(services.table, catalog.limits.default_max_tokens)
         self.owner = owner or process_owner()

@@ -22,7 +22,6 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gateway.errors import NotFound, ServiceUnavailable
-from gateway.jobs.file_store import CHUNK_BYTES
 from gateway.settings import S3Settings
 
 log = structlog.get_logger("gateway.files")
@@ -32,6 +31,7 @@ READ_TIMEOUT_S = 60.0
 MAX_ATTEMPTS = 3  # botocore's own retries of a throttled or dropped call
 MISSING_CODES = frozenset({"NoSuchKey", "404"})
 PART_BYTES = 8 * 1024 * 1024  # an upload's part (S3 takes at least 5 MiB for all but the last)
+READ_BYTES = 1024 * 1024  # what a reader of an object is handed at a time
 
 
 class S3FileStore:
@@ -104,7 +104,7 @@ class S3FileStore:
                     raise NotFound(f"No such File object: {file_id}", param="file_id") from None
                 raise
             async with reply["Body"] as body:
-                while chunk := await body.read(CHUNK_BYTES):
+                while chunk := await body.read(READ_BYTES):
                     yield chunk
 
     async def delete(self, file_id: str) -> None:

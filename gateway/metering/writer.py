@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -31,7 +32,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.models import UsageDeadLetter, UsageRecord
-from gateway.db.response_owners import OwnerRow, insert_owners, insert_owners_raw, owner_rows
+from gateway.db.response_owners import MAX_RESPONSE_ID, OwnerRow, insert_owners, insert_owners_raw
 from gateway.metering.buffer import UsageBuffer
 from gateway.metering.events import UsageEvent
 from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage_daily
@@ -367,6 +368,15 @@ def record_values(event: UsageEvent) -> tuple[object, ...]:
         None if event.queue_ms is None else _milliseconds(event.queue_ms),
         event.client_request_id,
     )
+
+
+def owner_rows(events: Sequence[UsageEvent]) -> list[OwnerRow]:
+    """The owner row of each event that carries a response id."""
+    return [
+        (event.response_id, event.team_id, datetime.fromtimestamp(event.created_at, UTC))
+        for event in events
+        if event.response_id and len(event.response_id) <= MAX_RESPONSE_ID
+    ]
 
 
 def record_row(event: UsageEvent) -> dict[str, object]:

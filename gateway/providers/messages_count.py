@@ -2,32 +2,25 @@
 deployment's own count_tokens, read its answer, or estimate the count where no provider counts.
 
 An estimate is the gateway's guess (about 4 bytes of text a token, a flat count an image), and is
-marked as one (`"estimated": true`): only Anthropic's tokenizer gives Anthropic's count. A count
-forwarded to a deployment has a usage record at no cost (`count_record`); an estimate reached no
-upstream and has none.
+marked as one (`"estimated": true`): only Anthropic's tokenizer gives Anthropic's count.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import msgspec
 
-from gateway.auth.principal import Principal
 from gateway.errors import InvalidRequest
-from gateway.metering.events import UsageEvent, UsageSource
 from gateway.providers.base import UpstreamRequest, estimated_tokens
 from gateway.providers.messages_native import anthropic_headers
 from gateway.providers.upstream_errors import bad_response
 from gateway.providers.usage_bounds import UntrustedUsage, reported_count
-from gateway.routing.deployment import Deployment
 from gateway.schemas.messages import ContentBlock, CountTokensRequest
 from gateway.schemas.nesting import TOO_DEEP, too_deep
 from gateway.settings import Provider
 
-COUNT_ENDPOINT = "messages/count_tokens"  # the usage records' endpoint of a forwarded count
 MESSAGE_OVERHEAD = 4  # tokens a message costs for its role and framing
 IMAGE_TOKENS = 1_600  # what Anthropic charges an image of about a megapixel, its usual cap
 _DECODER = msgspec.json.Decoder(dict[str, Any])
@@ -120,36 +113,3 @@ def _block_text(block: ContentBlock, texts: list[str]) -> int:
     for inner in block.content if isinstance(block.content, list) else ():
         images += _block_text(inner, texts)
     return images
-
-
-def count_record(
-    request_id: str,
-    principal: Principal,
-    counter: Deployment,
-    started: tuple[float, float],
-    status: int,
-    *,
-    input_tokens: int = 0,
-    error_code: str | None = None,
-) -> UsageEvent:
-    """The usage record of a count forwarded to `counter` (`started`: the request's unix time and
-    perf_counter): the count as its prompt tokens, at no cost, since providers do not bill counting;
-    it is recorded because it reached the upstream (and spent the operator's quota there)."""
-    created_at, began = started
-    return UsageEvent(
-        request_id=request_id,
-        created_at=created_at,
-        team_id=principal.team_id,
-        key_id=principal.key_id,
-        model=counter.model,
-        provider=counter.provider.name,
-        region=counter.region,
-        deployment=counter.id,
-        upstream_model=counter.upstream_model,
-        endpoint=COUNT_ENDPOINT,
-        status=status,
-        prompt_tokens=input_tokens,
-        usage_source=UsageSource.UPSTREAM if status == 200 else UsageSource.NONE,
-        latency_ms=round((time.perf_counter() - began) * 1000, 3),
-        error_code=error_code,
-    )

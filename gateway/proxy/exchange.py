@@ -157,7 +157,7 @@ class ProxyPipeline:
             admission=admission,
             correlation=correlation,
         )
-        ctx.attempts.trace = trace
+        ctx.trace_with(trace)
         outcome: OpenStream | Completed
         slot = None  # a stream's place among its key's streams in flight, until its relay closes
         try:

@@ -53,7 +53,7 @@ from gateway.routing.pins import PinStore
 from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import RetrySettings
-from gateway.telemetry import Telemetry
+from gateway.telemetry import RequestTrace, Telemetry
 
 log = structlog.get_logger("gateway.proxy")
 
@@ -113,6 +113,11 @@ class ProxyContext:
     deployment: Deployment | None = None
     moved: bool = False  # this request has followed its batch's pin to a new deployment
     correlation: Correlation = NO_CORRELATION  # the client's own request id and trace context
+    trace: RequestTrace | None = None  # the request's spans, while telemetry is on
+
+    def trace_with(self, trace: RequestTrace | None) -> None:
+        """Trace this request: its own spans here, its attempts' through the executor."""
+        self.trace = self.attempts.trace = trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,7 @@ class ProxyService:
         on_event: Callable[[UsageEvent], None] | None = None,
         settle: Callable[[Principal, UsageEvent, Admission | None], Awaitable[None]] | None = None,
         response_owners: ResponseOwners | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._table = table
         self._pins = pins
@@ -146,8 +152,7 @@ class ProxyService:
         self._on_event = on_event
         self._settle = settle
         self._response_owners = response_owners  # who may name a stored Response (None: anyone)
-        # the executor's traces and GenAI metrics: the serving proxy and the jobs' share one executor
-        self.telemetry: Telemetry | None = getattr(executor, "telemetry", None)
+        self.telemetry = telemetry  # the process's traces and GenAI metrics (None: off)
         self.pins_degraded = False
 
     # --- routing ----------------------------------------------------------------------------
@@ -261,8 +266,8 @@ class ProxyService:
             response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
         except GatewayError as exc:
             await self._meter_failure(ctx, exc)
-            if ctx.attempts.trace is not None:  # not metered: no upstream reached
-                ctx.attempts.trace.fail(exc)
+            if ctx.trace is not None:  # not metered: no upstream reached
+                ctx.trace.fail(exc)
             raise
         assert ctx.deployment is not None
         usage, source, cost = response.usage, UsageSource.UPSTREAM, response.cost
@@ -284,8 +289,8 @@ class ProxyService:
             stream: OpenStream = await self._dispatch(ctx, self._executor.open_stream)
         except GatewayError as exc:
             await self._meter_failure(ctx, exc)
-            if ctx.attempts.trace is not None:  # not metered: no upstream reached
-                ctx.attempts.trace.fail(exc)
+            if ctx.trace is not None:  # not metered: no upstream reached
+                ctx.trace.fail(exc)
             raise
         return stream
 
@@ -398,9 +403,9 @@ class ProxyService:
         if self._on_event is not None:
             self._on_event(event)
         trace_id = ctx.correlation.trace_id
-        if ctx.attempts.trace is not None:
-            ctx.attempts.trace.finish(event, deployment)
-            trace_id = ctx.attempts.trace.trace_id(trace_id)
+        if ctx.trace is not None:
+            ctx.trace.finish(event, deployment)
+            trace_id = ctx.trace.trace_id(trace_id)
         log_request(
             {
                 "request_id": ctx.request_id,

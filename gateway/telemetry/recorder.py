@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 from asyncio import CancelledError
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import Histogram, Meter
@@ -35,9 +35,7 @@ from opentelemetry.util.types import AttributeValue
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import UpstreamCall
-from gateway.proxy.correlation import Correlation
-from gateway.proxy.request import ParsedRequest
+from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import Directives
 from gateway.scheduling.gate import Grant
@@ -45,6 +43,32 @@ from gateway.telemetry import conventions as sc
 
 T = TypeVar("T")
 Attributes = dict[str, AttributeValue]
+
+
+class TracedRequest(Protocol):
+    """What a trace reads of a parsed request (`gateway.proxy.request.ParsedRequest`); declared
+    here so that telemetry sits below the proxy that calls it."""
+
+    @property
+    def endpoint(self) -> Endpoint: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def stream(self) -> bool: ...
+    @property
+    def max_output_tokens(self) -> int | None: ...
+    @property
+    def choices(self) -> int: ...
+
+
+class TracedCorrelation(Protocol):
+    """The client's trace context and request id (`gateway.proxy.correlation.Correlation`)."""
+
+    @property
+    def upstream_headers(self) -> dict[str, str] | None: ...
+    @property
+    def client_request_id(self) -> str | None: ...
+
 
 _PROPAGATOR = TraceContextTextMapPropagator()  # W3C traceparent/tracestate, read and written
 # the buckets the GenAI conventions advise for token counts and for durations in seconds
@@ -301,9 +325,9 @@ class Telemetry:
         self,
         request_id: str,
         principal: Principal,
-        parsed: ParsedRequest,
+        parsed: TracedRequest,
         directives: Directives,
-        correlation: Correlation,
+        correlation: TracedCorrelation,
     ) -> RequestTrace:
         """A proxied request's trace: a child of the client's `traceparent` when it sent a valid one."""
         trace_headers = correlation.upstream_headers
@@ -314,13 +338,13 @@ class Telemetry:
         return self._start(parent, parsed, attributes)
 
     def job_line(
-        self, request_id: str, principal: Principal, parsed: ParsedRequest, directives: Directives
+        self, request_id: str, principal: Principal, parsed: TracedRequest, directives: Directives
     ) -> RequestTrace:
         """A Batch API line's trace: a child in its job's (`directives.batch`, the job's id)."""
         parent = Context() if directives.batch is None else job_context(directives.batch)
         return self._start(parent, parsed, _request_attributes(request_id, principal, parsed, directives))
 
-    def _start(self, parent: Context, parsed: ParsedRequest, attributes: Attributes) -> RequestTrace:
+    def _start(self, parent: Context, parsed: TracedRequest, attributes: Attributes) -> RequestTrace:
         operation = sc.OPERATIONS[parsed.endpoint]
         span = None
         if self._tracer is not None:
@@ -338,7 +362,7 @@ class Telemetry:
 
 
 def _request_attributes(
-    request_id: str, principal: Principal, parsed: ParsedRequest, directives: Directives
+    request_id: str, principal: Principal, parsed: TracedRequest, directives: Directives
 ) -> Attributes:
     attributes: Attributes = {
         sc.REQUEST_MODEL: parsed.model,

@@ -91,9 +91,11 @@ async def pipelines() -> AsyncIterator[Callable[[Telemetry | None], ProxyPipelin
         table = DeploymentTable.from_catalog(CATALOG)
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
         upstream = HttpxUpstream(InProcessMockTransport(MockBehaviour(prompt_tokens=9, completion_tokens=4)))
-        executor = Executor(CATALOG, health, upstream, telemetry=telemetry)
+        executor = Executor(CATALOG, health, upstream)
         executors.append(executor)
-        service = ProxyService(table, MemoryPinStore(60), health, executor, Sink(), CATALOG.retry)
+        service = ProxyService(
+            table, MemoryPinStore(60), health, executor, Sink(), CATALOG.retry, telemetry=telemetry
+        )
         return ProxyPipeline(
             Keys(principal()),  # type: ignore[arg-type]
             MemoryLimiter(),
