@@ -134,7 +134,7 @@ class Metrics:
         # A counter's `_created` sample would be a family of its own in the text format
         # (`gateway_requests_refused_created`), beside the counter, that no dashboard reads. The
         # switch is the library's, for the whole process: set here, as the app's metrics are made.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.shared = shared_dir is not None
         self._counters, self._histograms = _stores(shared_dir)
         self._routes: dict[tuple[str, str, int], Route] = {}
