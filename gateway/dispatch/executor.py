@@ -79,6 +79,10 @@ class Attempts:
     ttft_s: float | None = None  # to a stream's first frames, or a measured answer's first token
     errors: list[str] = field(default_factory=list)
     trace: RequestTracing | None = None  # the request's spans, while telemetry is on (gateway.telemetry)
+    # Awaited once, when the first attempt holds its permit and is built, just before it goes out:
+    # a Batch API line writes its run down there, so that a process dying from then on leaves a run
+    # to record, and one dying while the line waited for capacity leaves nothing to bill.
+    before_send: Callable[[Deployment], Awaitable[None]] | None = None
 
 
 class Executor:
@@ -155,6 +159,9 @@ class Executor:
             started = time.perf_counter()
             try:  # a request the adapter refuses to build (a 400) gives its permit back too
                 adapter, request = self._build(deployment, as_stream(call) if measured else call, grant)
+                if attempts.before_send is not None:  # once per request: a retry is the same run
+                    before_send, attempts.before_send = attempts.before_send, None
+                    await before_send(deployment)
                 with self._in_flight(deployment.id):
                     if measured:
                         body, first_token = await self._assembled(deployment.provider, request, adapter)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from gateway.auth.principal import Principal
 from gateway.dispatch.executor import Attempts
-from gateway.dispatch.stream import OpenStream
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -36,10 +35,10 @@ from gateway.jobs import ledger
 from gateway.jobs.ledger import Attempt, LineOutcome, PendingLine
 from gateway.limits import Admission, Limiter, Reservation, Reservations
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamResponse, estimated_tokens
+from gateway.providers.base import Endpoint, TokenUsage, estimated_tokens
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.request import ParsedRequest, parse_request
-from gateway.proxy.service import Dispatcher, ProxyContext, ProxyService
+from gateway.proxy.service import ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import Directives, Priority
 from gateway.scheduling.ticket import Ticket
@@ -127,42 +126,9 @@ class Begun:
 
 @dataclass(slots=True)
 class LineAttempts(Attempts):
-    """A line's upstream attempts, and how to write its run down before the first goes out."""
+    """A line's upstream attempts, and its run once written down (`Attempts.before_send`)."""
 
-    begin: Callable[[Deployment], Awaitable[None]] | None = None
     begun: Begun | None = None
-
-
-class RunsWrittenFirst:
-    """The jobs' dispatcher: a line's run is written down (`LineAttempts.begin`) once its deployment
-    is chosen and before anything goes to it, so that a process dying with it in flight leaves a
-    run to record instead of a gap; then the executor sends it as for any request."""
-
-    def __init__(self, executor: Dispatcher) -> None:
-        self._executor = executor
-
-    async def send(
-        self,
-        deployment: Deployment,
-        call: UpstreamCall,
-        attempts: Attempts,
-        max_attempts: int,
-        ticket: Ticket,
-    ) -> UpstreamResponse:
-        if isinstance(attempts, LineAttempts) and attempts.begin is not None:
-            begin, attempts.begin = attempts.begin, None  # a pin that moves: still the same run
-            await begin(deployment)
-        return await self._executor.send(deployment, call, attempts, max_attempts, ticket)
-
-    async def open_stream(
-        self,
-        deployment: Deployment,
-        call: UpstreamCall,
-        attempts: Attempts,
-        max_attempts: int,
-        ticket: Ticket,
-    ) -> OpenStream:
-        raise InvalidRequest("A batch request cannot stream", param="stream")
 
 
 BeginRun = Callable[[PendingLine, str, Deployment], Awaitable[None]]
@@ -241,7 +207,7 @@ class LineSender:
             await begin(line, request_id, deployment)
             attempts.begun = Begun(request_id, deployment, ctx.created_at)
 
-        attempts.begin = begun
+        attempts.before_send = begun
         if self.proxy.telemetry is not None:  # the line's span, a child in its job's trace
             ctx.trace_with(
                 self.proxy.telemetry.job_line(request_id, ctx.principal, ctx.parsed, ctx.directives)

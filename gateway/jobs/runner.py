@@ -40,7 +40,6 @@ from gateway.jobs.line_sender import (
     LineRun,
     LineSender,
     LineUsage,
-    RunsWrittenFirst,
     broken_outcome,
     orphan_event,
 )
@@ -365,7 +364,7 @@ class JobRun:
             self._pacing.defer(sent.pace_s)
 
     async def _begin(self, line: PendingLine, request_id: str, deployment: Deployment) -> None:
-        """Write a line's run down before it is sent (`gateway.jobs.line_sender.RunsWrittenFirst`)."""
+        """Write a line's run down before it is sent (`gateway.dispatch.executor.Attempts.before_send`)."""
         async with self._sessions() as session:
             begun = await ledger.begin_attempt(session, self.claim, line, request_id, deployment.id, utcnow())
         if not begun:
@@ -497,7 +496,7 @@ class JobRunner:
             services.table,
             services.pins,
             services.health,
-            RunsWrittenFirst(services.executor),
+            services.executor,
             usage,
             catalog.retry,
             on_event=services.metrics.observe_event,

@@ -59,7 +59,7 @@ class Takeover:
     finished_after_s: float  # from the cut to the job's final status in the database
     batch: Batch
     output: list[dict[str, Any]]  # the output file's lines
-    records: list[tuple[str, str]]  # the job's usage records: request id, provider
+    records: list[tuple[str, str, str | None]]  # the job's usage records: request id, provider, error
     lines_by_claim: dict[int, int]  # fencing token -> lines whose outcome that claim stored
 
 
@@ -87,9 +87,11 @@ def holder_of(hosts: Cluster, lease_owner: str) -> Host:
     return hosts.topology.host_of_pid(int(lease_owner.split(":")[1]))
 
 
-async def job_records(hosts: Cluster, job_id: str) -> list[tuple[str, str]]:
-    rows = await hosts.query("SELECT request_id, provider FROM usage_records WHERE batch_id = $1", job_id)
-    return sorted((row["request_id"], row["provider"]) for row in rows)
+async def job_records(hosts: Cluster, job_id: str) -> list[tuple[str, str, str | None]]:
+    rows = await hosts.query(
+        "SELECT request_id, provider, error_code FROM usage_records WHERE batch_id = $1", job_id
+    )
+    return sorted((row["request_id"], row["provider"], row["error_code"]) for row in rows)
 
 
 async def lines_by_claim(hosts: Cluster, job_id: str) -> dict[int, int]:

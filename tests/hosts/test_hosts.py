@@ -212,8 +212,13 @@ async def test_a_job_survives_its_host_being_cut_off_and_each_line_is_answered_o
         assert all(line["response"]["status_code"] == 200 for line in run.output)
         assert len(run.lines_by_claim) == 2  # each claim stored the lines it finished, none twice
         assert sum(run.lines_by_claim.values()) == JOB_LINES
-        assert len(run.records) == len({request_id for request_id, _ in run.records}) == JOB_LINES
-        (provider,) = {provider for _, provider in run.records}  # the whole job on one deployment
+        # one record per answered line, and one per run the cut-off host had in flight (its process
+        # lost them: an estimated `attempt_lost` record each, since the upstream may have served them)
+        answered = [record for record in run.records if record[2] != "attempt_lost"]
+        lost = len(run.records) - len(answered)
+        assert len(answered) == JOB_LINES
+        assert len({request_id for request_id, _, _ in run.records}) == len(run.records)
+        (provider,) = {provider for _, provider, _ in run.records}  # the whole job on one deployment
         other = "west" if provider == "east" else "east"  # ...so the other saw only the live requests
         live_at = Counter(reply.provider for reply in live)
         assert (await hosts.replica_stats(other))["requests_finished"] == live_at[other]
@@ -222,7 +227,9 @@ async def test_a_job_survives_its_host_being_cut_off_and_each_line_is_answered_o
         assert all(answered_by[reply.request_id] != run.holder.address for reply in live)
         upstream = await hosts.replica_stats(provider)
         sent = upstream["requests_finished"] + upstream["running"] + upstream["waiting"]
-        print_takeover(hosts, run, resent=sent - JOB_LINES - live_at[provider])
+        resent = sent - JOB_LINES - live_at[provider]
+        print_takeover(hosts, run, resent=resent)
+        assert resent <= lost  # every line the upstream was sent twice has a record for each time
 
         # Back on the network, the cut-off host finds its lease gone and writes nothing more.
         cut_off = hosts.gateway_on(run.holder)
