@@ -61,9 +61,15 @@ def database_behind(database_url: str) -> str | None:
     """Connect to the database: None when it is at the newest migration, else what to do. Raises
     the driver's error when it cannot be reached (or does not exist)."""
     import asyncio
+    from pathlib import Path
 
     from gateway.db.migrate import current_revision, head_revision
-    from gateway.db.session import create_engine
+    from gateway.db.session import create_engine, is_sqlite
+
+    database = make_url(database_url).database
+    if is_sqlite(database_url) and database not in (None, "", ":memory:") and not Path(database).is_file():
+        # asked, not made: connecting would create the file (and its folder)
+        return f"the SQLite file {database} does not exist yet: `gateway migrate` creates it"
 
     async def revision() -> str | None:
         engine = create_engine(database_url)

@@ -103,6 +103,14 @@ def test_check_config_connect_wants_the_database_migrated(tmp_path: Path) -> Non
     assert migrated.returncode == 0 and ": ok (" in migrated.stdout
 
 
+def test_check_config_connect_asks_for_the_sqlite_file_without_making_it(tmp_path: Path) -> None:
+    fresh = gateway(tmp_path, "check-config", "--connect")  # the default: sqlite:///data/gateway.db
+    assert fresh.returncode == 1 and "data/gateway.db does not exist yet" in fresh.stderr
+    assert not (tmp_path / "data").exists()
+    assert gateway(tmp_path, "migrate").returncode == 0
+    assert gateway(tmp_path, "check-config", "--connect").returncode == 0
+
+
 def test_every_missing_variable_is_named_at_once(tmp_path: Path) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(
