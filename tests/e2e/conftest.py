@@ -100,16 +100,18 @@ class Stack:
         return create_team(self.admin, name, **fields)
 
     def usage(self, **params: str) -> list[dict[str, object]]:
-        """The admin usage report once every record is written (polls until totals settle)."""
+        """The admin usage report once every record is written: polled until the totals have not
+        changed for a second (a loaded machine's writer can take longer than one poll's gap)."""
         import time
 
-        previous = None
-        for _ in range(50):
+        previous, unchanged = None, 0
+        for _ in range(60):
             rows = self.admin.get("/admin/usage", params=params).json()["data"]
-            if rows == previous:
+            unchanged = unchanged + 1 if rows == previous else 0
+            if unchanged == 4:
                 return rows  # type: ignore[no-any-return]
             previous = rows
-            time.sleep(0.3)
+            time.sleep(0.25)
         return previous  # type: ignore[return-value]
 
 

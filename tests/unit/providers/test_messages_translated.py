@@ -338,7 +338,7 @@ def test_the_chat_url_and_which_adapter_serves_which_kind() -> None:
                 ]
             },
             "messages[0].content[0].input",
-            None,
+            "invalid_request",
         ),
         (
             {"mcp_servers": [{"type": "url", "url": "https://mcp", "name": "m"}]},
@@ -348,7 +348,7 @@ def test_the_chat_url_and_which_adapter_serves_which_kind() -> None:
         (
             {"tools": [{"name": "w", "input_schema": WEATHER}], "tool_choice": {"type": "tool"}},
             "tool_choice.name",
-            None,
+            "invalid_request",
         ),
         (
             {"system": [{"type": "image", "source": {"type": "url", "url": "https://x"}}]},
