@@ -82,30 +82,26 @@ class S3FileStore:
     async def get(self, file_id: str) -> bytes:
         """The object's bytes; NotFound when the bucket has no such object."""
         async with self._call("get"):
-            client = await self._opened()
-            try:
-                reply = await client.get_object(Bucket=self._settings.bucket, Key=self.key(file_id))
-            except ClientError as exc:
-                if _error_code(exc) in MISSING_CODES:
-                    raise NotFound(f"No such File object: {file_id}", param="file_id") from None
-                raise
-            async with reply["Body"] as body:
+            async with await self._object_body(file_id) as body:
                 data: bytes = await body.read()
             return data
 
     async def chunks(self, file_id: str) -> AsyncIterator[bytes]:
         """The object's bytes a chunk at a time; NotFound as `get`."""
-        async with self._call("get"):
-            client = await self._opened()
-            try:
-                reply = await client.get_object(Bucket=self._settings.bucket, Key=self.key(file_id))
-            except ClientError as exc:
-                if _error_code(exc) in MISSING_CODES:
-                    raise NotFound(f"No such File object: {file_id}", param="file_id") from None
-                raise
-            async with reply["Body"] as body:
-                while chunk := await body.read(READ_BYTES):
-                    yield chunk
+        async with self._call("get"), await self._object_body(file_id) as body:
+            while chunk := await body.read(READ_BYTES):
+                yield chunk
+
+    async def _object_body(self, file_id: str) -> Any:
+        """The streamed body of the file's object (an async context manager); NotFound without one."""
+        client = await self._opened()
+        try:
+            reply = await client.get_object(Bucket=self._settings.bucket, Key=self.key(file_id))
+        except ClientError as exc:
+            if _error_code(exc) in MISSING_CODES:
+                raise NotFound(f"No such File object: {file_id}", param="file_id") from None
+            raise
+        return reply["Body"]
 
     async def delete(self, file_id: str) -> None:
         """Remove the object; an object already gone is no error (S3's delete is idempotent)."""
