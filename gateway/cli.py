@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.keys import add_key_parsers
     from gateway.commands.teams import add_team_parsers
     from gateway.commands.usage import add_usage_parser
-    from gateway.mockupstream.cli import add_mock_upstream_parser
+    from mock_upstream.cli import add_mock_upstream_parser
 
     parser = argparse.ArgumentParser(
         prog="gateway", description="An OpenAI-compatible LLM gateway for batches."

@@ -22,6 +22,8 @@ GatewayError                 (413 for an oversized body comes from Litestar's bo
     ├── UpstreamRejected (4xx from the provider: passed on, never retried)
     ├── UpstreamMisconfigured (502: a URL or header the catalog got wrong: never retried)
     └── PinnedProviderUnavailable (503, code pinned_provider_unavailable)
+
+ConfigError                  never served: a bad configuration, raised while the settings load
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ import msgspec
 # Retry-After on an upstream 429 that did not say when to come back: a short pause, the gateway
 # having already waited out its own retries.
 UPSTREAM_RATE_LIMIT_RETRY_S = 1
+
+
+class ConfigError(Exception):
+    """A bad configuration: the message names the file, the key and the problem."""
 
 
 class ErrorDetail(msgspec.Struct, omit_defaults=False):

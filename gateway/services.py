@@ -39,8 +39,6 @@ from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
 from gateway.metrics import Metrics
-from gateway.mockupstream.behaviour import MockBehaviour
-from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.relay import KeyStreams
 from gateway.proxy.response_owners import ResponseOwners
@@ -55,6 +53,8 @@ from gateway.scheduling.redis_permits import RedisPermits
 from gateway.scheduling.scheduler import Scheduler
 from gateway.settings import Catalog, ProviderKind, Settings
 from gateway.telemetry import Telemetry, open_telemetry
+from mock_upstream.behaviour import MockBehaviour
+from mock_upstream.transport import InProcessMockTransport
 
 log = structlog.get_logger("gateway.services")
 HEALTH_REFRESH_S = 1.0

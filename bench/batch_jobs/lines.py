@@ -1,6 +1,6 @@
 """The scenarios' input files and what a finished job's files hold: pure, no I/O.
 
-A line's prompt is measured as the simulated vLLM measures it (gateway.mockupstream.vllm.tokens:
+A line's prompt is measured as the simulated vLLM measures it (mock_upstream.vllm.tokens:
 each message rendered as `<|role|>text` and a newline, four characters a token, prefix-cache
 blocks of `block_size` tokens over that text)."""
 
@@ -16,7 +16,7 @@ from typing import Any
 from bench.scheduling.load import Chat
 
 CHAT_URL = "/v1/chat/completions"
-CHARS_PER_TOKEN = 4  # gateway.mockupstream.vllm.tokens
+CHARS_PER_TOKEN = 4  # mock_upstream.vllm.tokens
 
 
 @dataclass(frozen=True, slots=True)

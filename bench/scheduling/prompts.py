@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.scheduling.load import Chat
 
-CHARS_PER_TOKEN = 4  # gateway.mockupstream.vllm.tokens
+CHARS_PER_TOKEN = 4  # mock_upstream.vllm.tokens
 WORDS = ("amber ", "basalt ", "cobalt ", "dune ", "ember ", "fjord ", "garnet ", "heath ", "iris ", "jade ")
 
 
@@ -31,6 +31,6 @@ def chat(
 
 
 def tokens_of(chat_request: Chat) -> int:
-    """The prompt's length as the simulator counts it (gateway.mockupstream.vllm.tokens)."""
+    """The prompt's length as the simulator counts it (mock_upstream.vllm.tokens)."""
     rendered = sum(len(f"<|{m['role']}|>{m['content']}\n") for m in chat_request.messages)
     return -(-rendered // CHARS_PER_TOKEN)

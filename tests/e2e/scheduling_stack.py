@@ -83,7 +83,7 @@ def launch_simulator(
     larger than the default lets long held requests run side by side without preemption."""
     port = free_port()
     command = [
-        *(sys.executable, "-m", "gateway.mockupstream", "--engine", "vllm", "--port", str(port)),
+        *(sys.executable, "-m", "mock_upstream", "--engine", "vllm", "--port", str(port)),
         *("--replicas", str(replicas), "--time-scale", str(time_scale)),
         *("--max-num-seqs", str(max_num_seqs), "--num-gpu-blocks", "16384"),
     ]

@@ -63,7 +63,7 @@ def launch_simulator(address: str, log_path: Path) -> BridgedSimulator:
     request holds its replica. The KV cache is large enough that nothing is preempted."""
     port = free_port()
     command = [
-        *(sys.executable, "-m", "gateway.mockupstream", "--engine", "vllm"),
+        *(sys.executable, "-m", "mock_upstream", "--engine", "vllm"),
         *("--host", address, "--port", str(port), "--replicas", str(len(REPLICAS))),
         *("--time-scale", "1", "--num-gpu-blocks", "16384"),
     ]

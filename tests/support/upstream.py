@@ -1,4 +1,4 @@
-"""Run `python -m gateway.mockupstream` as a real subprocess on a free port, for end-to-end tests.
+"""Run `python -m mock_upstream` as a real subprocess on a free port, for end-to-end tests.
 
     with start_mock_upstream(latency_ms=5) as upstream:
         client = openai.OpenAI(base_url=f"{upstream.base_url}/v1", api_key="x")
@@ -115,7 +115,7 @@ class RunningUpstream:
 def start_mock_upstream(**flags: Any) -> RunningUpstream:
     """Start the mock on a free port with these behaviour flags and wait until it answers."""
     port = free_port()
-    command = [sys.executable, "-m", "gateway.mockupstream", "--port", str(port), *_flag_args(flags)]
+    command = [sys.executable, "-m", "mock_upstream", "--port", str(port), *_flag_args(flags)]
     process = subprocess.Popen(command, cwd=REPO, preexec_fn=die_with_parent)
     upstream = RunningUpstream(port, process)
     upstream.wait_ready()

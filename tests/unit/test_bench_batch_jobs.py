@@ -16,8 +16,8 @@ from bench.scheduling.prompts import chat, text
 from gateway.jobs.input_lines import check_input
 from gateway.jobs.output_files import BATCH_CANCELLED, LineRecord, build_job_files
 from gateway.jobs.runner import process_owner
-from gateway.mockupstream.vllm.engine import Engine, EngineConfig
-from gateway.mockupstream.vllm.tokens import prompt_blocks, prompt_text
+from mock_upstream.vllm.engine import Engine, EngineConfig
+from mock_upstream.vllm.tokens import prompt_blocks, prompt_text
 
 BLOCK_SIZE = 16
 

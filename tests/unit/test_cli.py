@@ -152,7 +152,7 @@ def test_a_database_that_refuses_connections_fails_migrate_in_one_line(
 def test_the_log_format_follows_the_terminal_unless_set(
     tty: bool, expected: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway import settings
+    from gateway.settings import environment as settings
 
     class Stream:
         def isatty(self) -> bool:
@@ -166,7 +166,7 @@ def test_the_log_format_follows_the_terminal_unless_set(
 def test_the_default_config_is_the_packaged_copy_outside_a_checkout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway import settings
+    from gateway.settings import environment as settings
 
     packaged = tmp_path / "_data" / "gateway.yaml"
     packaged.parent.mkdir()

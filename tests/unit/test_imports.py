@@ -94,8 +94,7 @@ def test_the_mock_upstream_is_wired_in_where_services_are_built() -> None:
     importers = {
         name
         for name, imported in import_graph().items()
-        if package_of(name) != "gateway.mockupstream"
-        and any(package_of(m) == "gateway.mockupstream" for m in imported)
+        if package_of(name) != "mock_upstream" and any(package_of(m) == "mock_upstream" for m in imported)
     }
     assert importers <= MOCK_IMPORTERS
 

@@ -24,7 +24,7 @@ from gateway.metering.writer import UsageWriter
 from gateway.settings import load_settings
 from tests.integration.metering.conftest import _on_server, create_database, drop_database, pg_url
 from tests.support.stores import POSTGRES_SERVER
-from tests.unit.test_settings import MINIMAL, write
+from tests.unit.settings.test_environment import MINIMAL, write
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ from gateway.settings import load_settings
 from tests.integration.db.test_read_replica_postgres import event
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
 from tests.support.servers import PrivatePostgres
-from tests.unit.test_settings import MINIMAL, write
+from tests.unit.settings.test_environment import MINIMAL, write
 
 pytestmark = pytest.mark.integration
 

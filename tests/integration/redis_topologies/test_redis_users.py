@@ -14,7 +14,6 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.auth.attempts import KeyAttempts, TooManyAttempts
 from gateway.auth.key_cache import KeyCache, publish_invalidation
 from gateway.auth.principal import KeyState, Principal
-from gateway.catalog import CircuitSettings
 from gateway.console.session_state import SignOuts
 from gateway.errors import RateLimited
 from gateway.limits.redis_limiter import RedisLimiter
@@ -30,6 +29,7 @@ from gateway.routing.health import RedisHealthBoard
 from gateway.routing.pins import RedisPinStore
 from gateway.scheduling.permits import Caps
 from gateway.scheduling.redis_permits import RedisPermits
+from gateway.settings.catalog import CircuitSettings
 from tests.integration.redis_topologies.servers import LocalCluster
 from tests.unit.routing.catalog import CHAT
 

@@ -17,7 +17,7 @@ from gateway.db.session import create_engine, session_factory
 from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage
 from gateway.settings import ConfigError, load_settings
 from tests.unit.db.test_migrate import migrate
-from tests.unit.test_settings import MINIMAL, write
+from tests.unit.settings.test_environment import MINIMAL, write
 
 COLUMNS = (
     "request_id, created_at, team_id, key_id, model, provider, region, deployment, upstream_model, "

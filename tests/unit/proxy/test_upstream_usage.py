@@ -20,8 +20,6 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.errors import UpstreamTooLarge
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.mockupstream.behaviour import MockBehaviour
-from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.providers.base import Endpoint
 from gateway.proxy import service as service_module
 from gateway.proxy.request import parse_request
@@ -31,6 +29,8 @@ from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
 from gateway.settings import Catalog, CircuitSettings, LimitSettings
+from mock_upstream.behaviour import MockBehaviour
+from mock_upstream.transport import InProcessMockTransport
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 

@@ -7,7 +7,7 @@ import pytest
 from gateway.commands.preflight import redis_hosts
 from gateway.redis.urls import DEFAULT_REPLICA_TIMEOUT_MS, Durability, RedisUrlError, parse_redis_url
 from gateway.settings import ConfigError, load_settings
-from tests.unit.test_settings import MINIMAL
+from tests.unit.settings.test_environment import MINIMAL
 
 
 def test_one_server_is_left_to_redis_py_without_the_gateways_options() -> None:

@@ -16,9 +16,6 @@ import pytest
 import uvicorn
 from structlog.testing import capture_logs
 
-from gateway.mockupstream.vllm.app import create_simulator_app
-from gateway.mockupstream.vllm.engine import EngineConfig
-from gateway.mockupstream.vllm.tokens import prompt_blocks
 from gateway.scheduling.server_load import (
     LoadReading,
     ServerLoad,
@@ -26,6 +23,9 @@ from gateway.scheduling.server_load import (
     parse_load,
 )
 from gateway.settings import SchedulingSettings
+from mock_upstream.vllm.app import create_simulator_app
+from mock_upstream.vllm.engine import EngineConfig
+from mock_upstream.vllm.tokens import prompt_blocks
 
 METRICS_URL = "http://vllm-0:8000/metrics"
 HISTOGRAM_NOISE = "".join(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config_errors import ConfigError
+from gateway.errors import ConfigError
 from gateway.server.forwarded import trusting_proxies
 from gateway.settings import load_settings
 

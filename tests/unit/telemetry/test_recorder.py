@@ -30,8 +30,6 @@ from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.errors import RateLimited
 from gateway.limits import MemoryLimiter, Reservations
 from gateway.metrics import Metrics
-from gateway.mockupstream.behaviour import MockBehaviour
-from gateway.mockupstream.transport import InProcessMockTransport
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, ProxyPipeline
 from gateway.proxy.service import ProxyService
@@ -41,6 +39,8 @@ from gateway.routing.pins import MemoryPinStore
 from gateway.settings import Catalog, CircuitSettings
 from gateway.telemetry import Telemetry
 from gateway.telemetry.recorder import job_context
+from mock_upstream.behaviour import MockBehaviour
+from mock_upstream.transport import InProcessMockTransport
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 

@@ -1,0 +1,53 @@
+"""Typed, frozen settings: the environment (`environment`), the YAML catalog (`catalog`) and its
+sections on how work is admitted and run (`work`), validated once at start-up. Callers import
+settings from here."""
+
+from gateway.settings.environment import (
+    BUFFERED_BODIES,
+    BatchSettings,
+    Capacity,
+    Catalog,
+    CircuitSettings,
+    ConfigError,
+    DeploymentSpec,
+    FileSettings,
+    JobSettings,
+    LimitSettings,
+    ModelSpec,
+    Price,
+    Provider,
+    ProviderKind,
+    RetrySettings,
+    S3Settings,
+    SchedulingSettings,
+    Settings,
+    default_config_path,
+    load_catalog,
+    load_settings,
+    unpriced_deployments,
+)
+
+__all__ = [
+    "BUFFERED_BODIES",
+    "BatchSettings",
+    "Capacity",
+    "Catalog",
+    "CircuitSettings",
+    "ConfigError",
+    "DeploymentSpec",
+    "FileSettings",
+    "JobSettings",
+    "LimitSettings",
+    "ModelSpec",
+    "Price",
+    "Provider",
+    "ProviderKind",
+    "RetrySettings",
+    "S3Settings",
+    "SchedulingSettings",
+    "Settings",
+    "default_config_path",
+    "load_catalog",
+    "load_settings",
+    "unpriced_deployments",
+]
