@@ -38,7 +38,7 @@ from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, 
 from gateway.metering.buffer import MemoryBuffer, UsageBuffer
 from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
 from gateway.metering.writer import UsageWriter
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.relay import KeyStreams
 from gateway.proxy.response_owners import ResponseOwners

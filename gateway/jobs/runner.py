@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
     from gateway.dispatch.executor import Executor
     from gateway.jobs.file_store import FileStore
-    from gateway.metrics import Metrics
+    from gateway.metrics.instruments import Metrics
     from gateway.routing.deployment import Deployment, DeploymentTable
     from gateway.routing.health import HealthBoard
     from gateway.routing.pins import PinStore

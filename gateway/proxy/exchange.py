@@ -18,7 +18,7 @@ from gateway.auth.principal import Principal
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, QueueFull, QueueTimeout
 from gateway.limits import Limiter, Reservation, Reservations
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.correlation import read_correlation
 from gateway.proxy.relay import KeyStreams, StreamRelay

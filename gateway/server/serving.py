@@ -11,7 +11,7 @@ and the others' sockets take the new connections meanwhile.
 
 With several workers, each keeps its metrics in files of its own in one directory, fresh for each
 `gateway serve` and owned by this process (`process_group_metrics`), so that a scrape answered by
-any worker reports them all (gateway.metrics). uvicorn's own log lines, in the supervisor and in
+any worker reports them all (gateway.metrics.instruments). uvicorn's own log lines, in the supervisor and in
 each worker, go through the gateway's renderer (`gateway.logs.server_log_config`).
 
 uvicorn's httptools protocol bounds neither the size of a request's head nor the time it takes to

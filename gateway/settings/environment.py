@@ -94,7 +94,7 @@ class Settings(msgspec.Struct, frozen=True):
     # them to `gateway job-runner` processes
     run_jobs: bool = True
     # PROMETHEUS_MULTIPROC_DIR: where every worker of one `gateway serve` keeps its metrics
-    # (gateway.metrics); set by `gateway serve` itself for several workers
+    # (gateway.metrics.instruments); set by `gateway serve` itself for several workers
     metrics_dir: str | None = None
     # GATEWAY_TRUSTED_PROXIES: the addresses and networks (CIDR) of the reverse proxies whose
     # X-Forwarded-For/-Proto/-Host are believed (gateway.server.forwarded); none by default

@@ -1,6 +1,6 @@
 """`gateway serve` with two workers: each listens on a socket of its own, and the connections of a
 batch spread over both (gateway.server.serving); a scrape of /metrics, whichever worker answers
-it, reports both (gateway.metrics); every line the server writes is one of the gateway's JSON lines.
+it, reports both (gateway.metrics.instruments); every line the server writes is one of the gateway's JSON lines.
 
 Its own stack: one `gateway serve --workers 2` on PostgreSQL and a Redis db of its own, in front of one mock
 upstream. Which worker holds a connection is read from /proc, as `ss -tp` would show it.

@@ -29,7 +29,7 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import BatchJob, UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.routing.batch_pin import new_pin
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.pins import MemoryPinStore

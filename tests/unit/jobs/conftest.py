@@ -23,7 +23,7 @@ from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
 from gateway.jobs.file_slots import FileSlots
 from gateway.jobs.file_store import FileStore
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.routing.deployment import DeploymentTable
 from gateway.settings import Settings
 from tests.unit.auth.records import add_key, add_team, create_tables

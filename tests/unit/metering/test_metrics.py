@@ -8,7 +8,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.services import watch_loop_lag
 from tests.unit.metering.conftest import EventFactory
 

@@ -13,7 +13,7 @@ import pytest
 from gateway.auth.principal import Principal
 from gateway.errors import NoRoute, QuotaExceeded, RateLimited
 from gateway.limits import MemoryLimiter, Reservations
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, ProxyPipeline
 from gateway.proxy.service import ProxyContext

@@ -21,7 +21,7 @@ from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.errors import UpstreamRejected
 from gateway.limits import MemoryLimiter, Reservations
 from gateway.metering.events import UsageEvent
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy import service as service_module
 from gateway.proxy.exchange import ProxyExchange, ProxyPipeline, ProxyResult

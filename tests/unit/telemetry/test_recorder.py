@@ -29,7 +29,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.errors import RateLimited
 from gateway.limits import MemoryLimiter, Reservations
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange, ProxyPipeline
 from gateway.proxy.service import ProxyService

@@ -19,7 +19,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 from gateway.settings import Catalog, Settings
 from tests.unit.auth.records import create_tables
 

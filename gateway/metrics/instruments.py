@@ -1,11 +1,11 @@
 """Prometheus metrics: one registry per app, reporting the whole process group with several workers.
 
 The series every request moves (requests, tokens, latency, time to first token, overhead, queue
-wait, loop lag) are numbers the event loop adds to in a `SeriesStore` (`gateway.metrics_store`),
+wait, loop lag) are numbers the event loop adds to in a `SeriesStore` (`gateway.metrics.store`),
 without prometheus_client's lock per increment and its bucket scan per observation. One worker:
 `families` turns them into Prometheus families when `/metrics` is scraped. Several workers
 (`shared_dir`, the metrics directory of `gateway serve`): each worker's numbers are in files of its
-own, and a scrape, whichever worker answers it, reads every worker's (`gateway.metrics_group`).
+own, and a scrape, whichever worker answers it, reads every worker's (`gateway.metrics.group`).
 Everything that runs in a worker runs on its one event loop thread: there is no concurrent writer.
 
 The rare series (upstream errors, shed and refused requests) and the gauges are prometheus_client's
@@ -40,9 +40,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from gateway.metering.events import UsageEvent
-from gateway.metrics_group import GcCounts, ProcessGroupCollector, series_file
-from gateway.metrics_labels import code_label, endpoint_label
-from gateway.metrics_store import LocalSeries, SeriesFile, SeriesStore
+from gateway.metrics.group import GcCounts, ProcessGroupCollector, series_file
+from gateway.metrics.labels import code_label, endpoint_label
+from gateway.metrics.store import LocalSeries, SeriesFile, SeriesStore
 from gateway.routing.directives import Priority
 from gateway.scheduling.scheduler import Scheduler
 

@@ -10,7 +10,7 @@ The library's own multiprocess values take a lock, check the process id and pack
 every increment, and scan the buckets in Python per observation: for the dozen numbers a request
 moves, about ten times what they cost here (docs/operations.md, "Metrics"). Here an increment is one store into the mapping, an
 aligned double that a reader sees whole, and visible to the other workers as soon as it is made.
-Only the series `gateway.metrics` moves on the hot path live here; the rest are the library's.
+Only the series `gateway.metrics.instruments` moves on the hot path live here; the rest are the library's.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class SeriesStore(Protocol):
 
 
 class LocalSeries:
-    """One process's numbers, read by `gateway.metrics.Metrics.families` when it is scraped."""
+    """One process's numbers, read by `gateway.metrics.instruments.Metrics.families` when it is scraped."""
 
     def __init__(self) -> None:
         self.values: list[float] = []

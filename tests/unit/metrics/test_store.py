@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.metrics_store import INITIAL_BYTES, LocalSeries, SeriesFile
+from gateway.metrics.store import INITIAL_BYTES, LocalSeries, SeriesFile
 
 REQUESTS = ("gateway_requests", "gateway_requests_total")
 HELP = "Requests that reached an upstream"

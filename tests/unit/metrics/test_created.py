@@ -13,7 +13,7 @@ import sys
 from tests.support.gateway import REPO
 
 SCRAPE = """
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 metrics = Metrics()
 metrics.count_refused("/v1/chat/completions", 401, "invalid_api_key")
 metrics.upstream_errors.labels(provider="p", code="upstream_error").inc()

@@ -23,9 +23,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from gateway.metrics_store import SeriesStore
+from gateway.metrics.store import SeriesStore
 
-# Each worker's own files of the series `gateway.metrics` keeps itself (gateway.metrics_store); the
+# Each worker's own files of the series `gateway.metrics.instruments` keeps itself (gateway.metrics.store); the
 # library's own files of the same process are `counter_<pid>.db` and the like.
 _SERIES_FILE = "{kind}_gateway_{pid}.db"
 _WORKER_FILE = re.compile(r"histogram_gateway_(\d+)\.db")

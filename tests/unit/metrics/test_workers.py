@@ -25,7 +25,7 @@ WORKER = """
 import sys
 from decimal import Decimal
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.metrics import Metrics
+from gateway.metrics.instruments import Metrics
 
 metrics = Metrics(sys.argv[1])
 requests, refused = int(sys.argv[2]), int(sys.argv[3])

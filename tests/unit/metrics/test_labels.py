@@ -14,8 +14,8 @@ from gateway.errors import (
     UpstreamRejected,
 )
 from gateway.metering.buffer import MeteringBacklogFull
-from gateway.metrics import Metrics
-from gateway.metrics_labels import code_label, endpoint_label
+from gateway.metrics.instruments import Metrics
+from gateway.metrics.labels import code_label, endpoint_label
 
 
 @pytest.mark.parametrize(

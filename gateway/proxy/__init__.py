@@ -1,0 +1,1 @@
+"""The proxy pipeline: one request parsed, routed, admitted, sent, answered and metered."""
