@@ -21,22 +21,22 @@ from litestar.response import Stream
 from gateway.api.openai import _proxy
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.auth.principal import Principal
-from gateway.errors import UpstreamError
-from gateway.limits import Reservation
-from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import Endpoint
-from gateway.providers.messages_count import (
+from gateway.dialects.messages.count import (
     count_request,
     counted_tokens,
     estimate_tokens,
     read_count_request,
 )
-from gateway.providers.messages_native import NativeMessagesAdapter
+from gateway.dialects.messages.native import NativeMessagesAdapter
+from gateway.errors import UpstreamError
+from gateway.limits import Reservation
+from gateway.metering.events import UsageEvent, UsageSource
+from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import new_request_id
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.routing.policy import eligible_deployments
-from gateway.schemas.messages import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
+from gateway.schemas.anthropic import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
 from gateway.services import Services, services_of
 from gateway.settings import ProviderKind
 

@@ -1,5 +1,5 @@
 """POST /v1/responses, OpenAI's Responses API: documented here, served by the proxy pipeline
-(passed through or translated to chat per provider: gateway.providers.responses_adapter)."""
+(passed through or translated to chat per provider: gateway.dialects.responses.adapter)."""
 
 from __future__ import annotations
 

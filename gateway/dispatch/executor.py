@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from gateway.dialects.endpoints import endpoint_adapter
 from gateway.dispatch.sse import SSEDecoder
 from gateway.dispatch.stream import OpenStream
 from gateway.dispatch.upstream import InFlight, Reply, UpstreamClient
@@ -32,8 +33,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from gateway.providers.chat_assembly import ChatAssembly
-from gateway.providers.registry import endpoint_adapter
+from gateway.providers.openai.chat_assembly import ChatAssembly
 from gateway.routing.deployment import Deployment
 from gateway.routing.health import HealthBoard
 from gateway.scheduling.gate import Grant

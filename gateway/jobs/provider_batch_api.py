@@ -23,12 +23,12 @@ import httpx
 import msgspec
 
 from gateway.errors import UpstreamError
-from gateway.providers.anthropic import reply_context
-from gateway.providers.anthropic_response import anthropic_error_detail, parse_messages_response
+from gateway.providers.anthropic.adapter import reply_context
+from gateway.providers.anthropic.response import anthropic_error_detail, parse_messages_response
 from gateway.providers.base import Endpoint, UpstreamCall, UpstreamResponse
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.errors import classify_status
+from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.registry import adapter_for
-from gateway.providers.upstream_errors import classify_status
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider, ProviderKind
 

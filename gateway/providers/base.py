@@ -23,8 +23,8 @@ class Endpoint(str, Enum):
     CHAT = "chat/completions"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
-    RESPONSES = "responses"  # OpenAI's Responses API (gateway.providers.responses_adapter)
-    MESSAGES = "messages"  # Anthropic's Messages API inbound (gateway.providers.messages_adapter)
+    RESPONSES = "responses"  # OpenAI's Responses API (gateway.dialects.responses.adapter)
+    MESSAGES = "messages"  # Anthropic's Messages API inbound (gateway.dialects.messages.adapter)
 
 
 def estimated_tokens(text_bytes: int) -> int:

@@ -1,13 +1,13 @@
-"""Which adapter serves which provider kind, and which serves an endpoint there: adding a provider
-kind is one line here."""
+"""Which adapter serves which provider kind: adding a provider kind is one line here (which serves
+each endpoint there: `gateway.dialects.endpoints`)."""
 
 from __future__ import annotations
 
-from gateway.providers.anthropic import AnthropicAdapter
-from gateway.providers.azure import AzureAdapter
-from gateway.providers.base import Endpoint, ProviderAdapter
-from gateway.providers.openai import OpenAIAdapter
-from gateway.settings import Provider, ProviderKind
+from gateway.providers.anthropic.adapter import AnthropicAdapter
+from gateway.providers.base import ProviderAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.azure import AzureAdapter
+from gateway.settings import ProviderKind
 
 
 def adapter_for(kind: ProviderKind) -> ProviderAdapter:
@@ -17,18 +17,3 @@ def adapter_for(kind: ProviderKind) -> ProviderAdapter:
     if kind is ProviderKind.AZURE:
         return AzureAdapter()
     return OpenAIAdapter()
-
-
-def endpoint_adapter(provider: Provider, endpoint: Endpoint) -> ProviderAdapter:
-    """The adapter for one endpoint at `provider`: the Responses and Messages APIs are served
-    natively where the provider speaks them, and translated to its chat API elsewhere."""
-    chat = adapter_for(provider.kind)
-    if endpoint is Endpoint.RESPONSES:
-        from gateway.providers.responses_adapter import responses_adapter
-
-        return responses_adapter(provider, chat)
-    if endpoint is Endpoint.MESSAGES:
-        from gateway.providers.messages_adapter import messages_adapter
-
-        return messages_adapter(provider, chat)
-    return chat

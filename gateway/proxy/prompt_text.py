@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from gateway.providers.base import estimated_tokens
-from gateway.schemas.messages import ContentBlock, MessagesRequest
+from gateway.schemas.anthropic import ContentBlock, MessagesRequest
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gateway.schemas.responses import InputItem, InputPart, ResponsesRequest
 

@@ -11,7 +11,7 @@ import msgspec
 from gateway.errors import InvalidRequest, schema_error_code
 from gateway.providers.base import Endpoint
 from gateway.proxy.prompt_text import PromptSize, prompt_size
-from gateway.schemas.messages import MessagesRequest
+from gateway.schemas.anthropic import MessagesRequest
 from gateway.schemas.nesting import TOO_DEEP, too_deep
 from gateway.schemas.openai import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from gateway.schemas.responses import ResponsesRequest

@@ -11,7 +11,7 @@ immediate follow-up at another process is let through. An id no team of the call
 refused with a 404, as OpenAI answers an unknown id, before anything goes upstream. The gateway
 serves no POST /v1/conversations, so no conversation id is ever its team's: every one is refused.
 
-Translated providers refuse both fields themselves (gateway.providers.responses_request).
+Translated providers refuse both fields themselves (gateway.dialects.responses.request).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.response_owners import MAX_RESPONSE_ID, owner_of
+from gateway.dialects.responses.adapter import serves_responses_natively
 from gateway.errors import InvalidRequest, ServiceUnavailable, UnknownResponse
-from gateway.providers.responses_adapter import serves_responses_natively
 from gateway.redis.client import RedisClient
 from gateway.settings import Provider
 

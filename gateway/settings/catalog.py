@@ -72,7 +72,7 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     batch_execution: str = "gateway"
     # How /v1/responses is served: "native" (forwarded to the upstream's own Responses API),
     # "chat" (translated to its chat completions API); "auto" = native for Azure and
-    # api.openai.com, chat for every other provider (gateway.providers.responses_adapter)
+    # api.openai.com, chat for every other provider (gateway.dialects.responses.adapter)
     responses_api: str = "auto"
 
     @property

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.providers.anthropic import AnthropicAdapter
-from gateway.providers.azure import AzureAdapter
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.anthropic.adapter import AnthropicAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.azure import AzureAdapter
 from gateway.providers.registry import adapter_for
 from gateway.settings import ProviderKind
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gateway.providers.anthropic import AnthropicAdapter
+from gateway.providers.anthropic.adapter import AnthropicAdapter
 from gateway.providers.base import TokenUsage
-from gateway.providers.openai import OpenAIAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.usage_bounds import MAX_TOKENS, UntrustedUsage, bounded, reported_count
 from tests.unit.providers.calls import call
 

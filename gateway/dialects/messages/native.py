@@ -1,0 +1,173 @@
+"""The Messages API passed through to an Anthropic-kind provider, as the client sent it.
+
+Only `model` changes on the way up (the deployment's upstream model); on the way down the reply
+names the alias again and its usage carries the gateway's cost. Usage is read from the message, or
+from a stream's message_start and message_delta events (cumulative counts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gateway.dialects.messages.cache import check_breakpoints
+from gateway.dialects.messages.sse import raw_frame
+from gateway.errors import InvalidRequest, UpstreamError
+from gateway.providers.anthropic.response import anthropic_error_detail, normalise_usage, stream_error
+from gateway.providers.anthropic.wire import ErrorObject, MessagesResponse, StreamEvent, Usage
+from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamRequest, UpstreamResponse
+from gateway.providers.errors import bad_response, classify_status
+from gateway.providers.usage_bounds import UntrustedUsage
+from gateway.schemas.anthropic import MessagesRequest
+from gateway.settings import Provider
+
+_DECODER = msgspec.json.Decoder(dict[str, Any])
+
+
+class _Typed(msgspec.Struct):
+    type: str = ""
+
+
+_TYPED = msgspec.json.Decoder(_Typed)  # most events need no more than their type
+_EVENT_TYPE = re.compile(r"[a-z_]{1,64}")
+
+
+def typed_request(call: UpstreamCall) -> MessagesRequest:
+    try:
+        return msgspec.convert(call.body, MessagesRequest)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"invalid Messages API request: {exc}") from None
+
+
+def anthropic_headers(provider: Provider) -> dict[str, str]:
+    headers = {"content-type": "application/json", "anthropic-version": provider.anthropic_version}
+    if provider.api_key:
+        headers["x-api-key"] = provider.api_key
+    return {**headers, **provider.headers}
+
+
+class NativeMessagesAdapter:
+    """Speaks the Messages API to a provider that serves it (kind anthropic)."""
+
+    def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest:
+        check_breakpoints(typed_request(call))
+        return UpstreamRequest(
+            url=f"{base_url.rstrip('/')}/v1/messages",
+            headers=anthropic_headers(provider),
+            content=msgspec.json.encode({**call.body, "model": call.upstream_model}),
+        )
+
+    def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
+        try:
+            document = _DECODER.decode(body)
+            response = msgspec.convert(document, MessagesResponse)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise bad_response("not an Anthropic message") from None
+        if response.type == "error" or response.error is not None:
+            raise stream_error(response.error or ErrorObject())
+        usage, untrusted = _believed(response.usage)
+        document["model"] = call.body["model"]
+        if usage is not None and call.tariff is not None and isinstance(document.get("usage"), dict):
+            document["usage"]["cost"] = format(call.tariff.cost(usage), "f")
+        return UpstreamResponse(body=msgspec.json.encode(document), usage=usage, untrusted_usage=untrusted)
+
+    def stream_translator(self, call: UpstreamCall) -> NativeMessageStream:
+        return NativeMessageStream(call)
+
+    def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
+        return classify_status(status, anthropic_error_detail(body), headers)
+
+
+def _believed(usage: Usage | None) -> tuple[TokenUsage | None, str | None]:
+    """(the counts, None), or (None, why) when one cannot be true; (None, None) without any."""
+    if usage is None:
+        return None, None
+    try:
+        return normalise_usage(usage), None
+    except UntrustedUsage as exc:
+        return None, str(exc)
+
+
+class NativeMessageStream:
+    """Re-emits each event with its `event:` line; rewrites only message_start (the model) and
+    message_delta (the cost of the whole message)."""
+
+    def __init__(self, call: UpstreamCall) -> None:
+        self.usage: TokenUsage | None = None
+        self.untrusted_usage: str | None = None
+        self._model = call.body["model"]
+        self._tariff = call.tariff
+        self._start_usage = Usage()
+        self._stop_reason: str | None = None
+        self._done = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        try:
+            kind = _TYPED.decode(data).type
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise bad_response("a stream event is not an Anthropic event") from None
+        if not _EVENT_TYPE.fullmatch(kind):  # it becomes the frame's `event:` line
+            raise bad_response("a stream event without a readable type")
+        if kind == "message_start":
+            return [raw_frame(b"message_start", self._message_start(*_event(data)))]
+        if kind == "message_delta":
+            return [raw_frame(b"message_delta", self._message_delta(*_event(data)))]
+        if kind == "error":
+            raise stream_error(_event(data)[1].error or ErrorObject())
+        if kind == "message_stop":
+            self._done = True
+        return [raw_frame(kind.encode(), data, last=self._done)]
+
+    def finish(self) -> list[bytes]:
+        if self._done:
+            return []
+        if self._stop_reason is None:
+            raise UpstreamError("the upstream stream ended before the message was complete")
+        self._done = True  # message_delta arrived: the message itself is complete
+        return [raw_frame(b"message_stop", b'{"type":"message_stop"}', last=True)]
+
+    def _message_start(self, document: dict[str, Any], event: StreamEvent) -> bytes:
+        if event.message is not None and isinstance(document.get("message"), dict):
+            if event.message.usage is not None:  # none at all is no count of 0: it is estimated
+                self._start_usage = event.message.usage
+                self._note(self._start_usage)
+            document["message"]["model"] = self._model
+        return msgspec.json.encode(document)
+
+    def _message_delta(self, document: dict[str, Any], event: StreamEvent) -> bytes:
+        if event.delta is not None and event.delta.stop_reason is not None:
+            self._stop_reason = event.delta.stop_reason
+        if event.usage is not None:
+            self._note(_merged(self._start_usage, event.usage))
+            if (
+                self.usage is not None
+                and self._tariff is not None
+                and isinstance(document.get("usage"), dict)
+            ):
+                document["usage"]["cost"] = format(self._tariff.cost(self.usage), "f")
+        return msgspec.json.encode(document)
+
+    def _note(self, usage: Usage) -> None:
+        self.usage, self.untrusted_usage = _believed(usage)
+
+
+def _event(data: bytes) -> tuple[dict[str, Any], StreamEvent]:
+    """The event as a document to re-encode, and its typed view."""
+    try:
+        document = _DECODER.decode(data)
+        return document, msgspec.convert(document, StreamEvent)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad_response("a stream event is not an Anthropic event") from None
+
+
+def _merged(start: Usage, delta: Usage) -> Usage:
+    """message_delta's counts are cumulative; a count it leaves out keeps message_start's."""
+    return Usage(
+        **{
+            field: getattr(delta, field) if getattr(delta, field) is not None else getattr(start, field)
+            for field in Usage.__struct_fields__
+        }
+    )

@@ -1,0 +1,203 @@
+"""Build Response objects: from a chat completion (translated providers), and the parts every
+Response shares: the request's settings repeated back, the usage object with its exact cost.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from gateway.dialects.responses.request import responses_request
+from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
+from gateway.providers.errors import bad_response
+from gateway.schemas.responses import (
+    FunctionCallItem,
+    FunctionToolEcho,
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputContent,
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    OutputTokensDetails,
+    ReasoningEcho,
+    Refusal,
+    Response,
+    ResponsesRequest,
+    ResponseStatus,
+    ResponseUsage,
+    TextEcho,
+    TextFormatEcho,
+)
+
+IdSource = Callable[[str], str]  # a new id with the given prefix
+
+
+def random_id(prefix: str) -> str:
+    """An id as OpenAI shapes them (`resp_...`, `msg_...`, `fc_...`)."""
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+def usage_cost(call: UpstreamCall, usage: TokenUsage | None) -> str | None:
+    """The exact cost of `usage` at the call's deployment as a decimal string, as on its usage
+    record; None without a price or believed counts."""
+    if call.tariff is None or usage is None:
+        return None
+    return format(call.tariff.cost(usage), "f")
+
+
+def response_usage(call: UpstreamCall, usage: TokenUsage) -> ResponseUsage:
+    result = ResponseUsage(
+        input_tokens=usage.prompt_tokens,
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens
+        ),
+        output_tokens=usage.completion_tokens,
+        output_tokens_details=OutputTokensDetails(),
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+    )
+    cost = usage_cost(call, usage)
+    if cost is not None:
+        result.cost = cost
+    return result
+
+
+def outcome(finish_reason: str | None) -> tuple[ResponseStatus, IncompleteDetails | None]:
+    """A chat finish reason as a Response's status: output cut short is `incomplete`."""
+    if finish_reason == "length":
+        return "incomplete", IncompleteDetails(reason="max_output_tokens")
+    if finish_reason == "content_filter":
+        return "incomplete", IncompleteDetails(reason="content_filter")
+    return "completed", None
+
+
+def new_response(
+    request: ResponsesRequest,
+    *,
+    response_id: str,
+    created_at: int,
+    status: ResponseStatus,
+    output: list[OutputItem],
+    usage: ResponseUsage | UnsetType = UNSET,
+    incomplete: IncompleteDetails | None = None,
+) -> Response:
+    """A Response to `request`, with the settings it asked for repeated and `model` its alias."""
+    text_format = request.text.format if request.text is not None else None
+    return Response(
+        id=response_id,
+        created_at=created_at,
+        status=status,
+        incomplete_details=incomplete,
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens,
+        model=request.model,
+        output=output,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        reasoning=ReasoningEcho(
+            effort=request.reasoning.effort if request.reasoning else None,
+            summary=request.reasoning.summary if request.reasoning else None,
+        ),
+        temperature=request.temperature,
+        text=TextEcho(
+            format=TextFormatEcho(type="text")
+            if text_format is None
+            else TextFormatEcho(
+                type=text_format.type,
+                name=text_format.name,
+                schema=text_format.schema,
+                description=text_format.description,
+                strict=text_format.strict,
+            )
+        ),
+        tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
+        tools=[
+            FunctionToolEcho(
+                name=tool.name or "",
+                description=tool.description,
+                parameters=tool.parameters,
+                strict=bool(tool.strict),
+            )
+            for tool in request.tools or ()
+        ],
+        top_p=request.top_p,
+        truncation=request.truncation or "disabled",
+        usage=usage,
+        user=request.user if request.user is not None else UNSET,
+        metadata=request.metadata or {},
+    )
+
+
+# --- chat completions, as far as a Response needs them ------------------------------------------
+
+
+class _Function(msgspec.Struct):
+    name: str = ""
+    arguments: str = ""
+
+
+class _ToolCall(msgspec.Struct):
+    id: str = ""
+    function: _Function = msgspec.field(default_factory=_Function)
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _Message = msgspec.field(default_factory=_Message)
+    finish_reason: str | None = None
+
+
+class _ChatCompletion(msgspec.Struct):
+    created: int | None = None
+    choices: list[_Choice] = []
+
+
+def response_from_chat(
+    call: UpstreamCall, answer: UpstreamResponse, *, clock_s: float, new_id: IdSource
+) -> Response:
+    """The Response for the Responses call `call`, from the chat adapter's answer to its chat
+    translation."""
+    try:
+        completion = msgspec.json.decode(answer.body, type=_ChatCompletion)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad_response("not a chat completion") from None
+    if not completion.choices:
+        raise bad_response("a chat completion without choices")
+    response_id = new_id("resp_")
+    choice = completion.choices[0]
+    status, incomplete = outcome(choice.finish_reason)
+    message = choice.message
+    output: list[OutputItem] = []
+    content: list[OutputContent] = []
+    if message.content is not None or message.refusal is None:
+        content.append(OutputText(text=message.content or ""))
+    if message.refusal is not None:
+        content.append(Refusal(refusal=message.refusal))
+    if message.content or message.refusal is not None or not message.tool_calls:
+        output.append(OutputMessage(id=new_id("msg_"), status=status, content=content))
+    for tool_call in message.tool_calls or ():
+        output.append(
+            FunctionCallItem(
+                id=new_id("fc_"),
+                status="completed",
+                call_id=tool_call.id,
+                name=tool_call.function.name,
+                arguments=tool_call.function.arguments,
+            )
+        )
+    return new_response(
+        responses_request(call.body),
+        response_id=response_id,
+        created_at=completion.created or int(clock_s),
+        status=status,
+        output=output,
+        usage=response_usage(call, answer.usage) if answer.usage is not None else UNSET,
+        incomplete=incomplete,
+    )
