@@ -10,9 +10,9 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 
 from gateway.api.admin import ADMIN_CONTROLLERS
-from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
-from gateway.api.batches import BATCH_HANDLERS
-from gateway.api.error_replies import (
+from gateway.api.admin.providers import PROVIDER_HANDLERS
+from gateway.api.anthropic.messages import MESSAGES_HANDLERS
+from gateway.api.front.error_replies import (
     Asker,
     ErrorReply,
     gateway_error_reply,
@@ -20,16 +20,16 @@ from gateway.api.error_replies import (
     internal_error_reply,
     unrouted_reply,
 )
-from gateway.api.files import FILE_HANDLERS
-from gateway.api.messages import MESSAGES_HANDLERS
-from gateway.api.openai import OPENAI_HANDLERS
-from gateway.api.openapi_config import openapi_config
+from gateway.api.gateway.batches import BATCH_HANDLERS
+from gateway.api.gateway.usage import USAGE_HANDLERS
+from gateway.api.openai.batches import BATCH_JOB_HANDLERS
+from gateway.api.openai.files import FILE_HANDLERS
+from gateway.api.openai.inference import OPENAI_HANDLERS
+from gateway.api.openai.responses import RESPONSES_HANDLERS
+from gateway.api.openapi import openapi_config
 from gateway.api.ops import OPS_HANDLERS
-from gateway.api.providers import PROVIDER_HANDLERS
 from gateway.api.query_params import DeclaredQueries
 from gateway.api.request_ids import RequestIdMiddleware
-from gateway.api.responses import RESPONSES_HANDLERS
-from gateway.api.usage import USAGE_HANDLERS
 from gateway.auth.attempts import WEAK_ADMIN_KEY, strong_admin_key
 from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError

@@ -22,7 +22,7 @@ from litestar.response import Template
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.api.batch_jobs import batch_object
+from gateway.api.openai.batches import batch_object
 from gateway.console.rendering import page
 from gateway.console.sessions import Viewer
 from gateway.console.usage_pages import team_names

@@ -8,7 +8,7 @@ from litestar import Request, get
 from litestar.di import NamedDependency
 from litestar.response import Template
 
-from gateway.api.providers import deployment_health
+from gateway.api.admin.providers import deployment_health
 from gateway.console.rendering import page
 from gateway.console.sessions import Viewer
 from gateway.services import services_of

@@ -20,7 +20,7 @@ _PATH_PREFIXES = (
     ("/admin/", "admin"),
 )
 # Codes given where an error is raised, and those of answers that are no GatewayError
-# (gateway.api.error_replies), besides the exception tree's own.
+# (gateway.api.front.error_replies), besides the exception tree's own.
 _OTHER_CODES = (
     "missing_api_key", "api_key_revoked", "api_key_expired", "server_busy", "region_not_allowed",
     "batch_pin_conflict", "batch_not_found", "file_too_large", "invalid_cache_control",

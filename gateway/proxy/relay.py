@@ -4,7 +4,7 @@ and the streams each key has in flight at this process (`KeyStreams`).
 `frames()` is what the front sends, an upstream error after the first byte ending it in-band;
 `close()` closes the upstream and meters. They are apart because the front stops `frames()` by
 cancelling it when the client leaves, and the metering must not be where that cancellation lands:
-the front closes the relay once the frames are over (`gateway.api.sse_relay`).
+the front closes the relay once the frames are over (`gateway.api.front.sse_relay`).
 """
 
 from __future__ import annotations

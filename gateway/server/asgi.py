@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from litestar.types import ASGIApp
 
-from gateway.api.header_cap import header_cap
-from gateway.api.proxy_asgi import ProxyFront
+from gateway.api.front.header_cap import header_cap
+from gateway.api.front.proxy import ProxyFront
 from gateway.app import create_app
 from gateway.server.forwarded import trusting_proxies
 from gateway.server.gc_tuning import tune_for_serving

@@ -134,7 +134,7 @@ class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_messages: int = 10_000
     max_upstream_response_bytes: int = 64 * 1024 * 1024
     # Request-body bytes one serving process reads at once, over all its requests (the proxy front,
-    # gateway.api.request_body); unset: BUFFERED_BODIES times max_body_bytes.
+    # gateway.api.front.request_body); unset: BUFFERED_BODIES times max_body_bytes.
     max_buffered_body_bytes: int | None = None
     # Output tokens a request that sets neither max_tokens nor max_completion_tokens reserves per
     # choice at admission (tokens per minute and budgets, gateway.limits.reservation)
@@ -142,7 +142,7 @@ class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # How long an admission's budget hold lasts when its request is never settled (a lost process)
     reservation_ttl_s: float = 1800.0
     # A stream whose client takes none of the bytes sent for this long is closed on both sides, its
-    # capacity permit given back and its usage recorded as 499 client_stalled (gateway.api.sse_relay)
+    # capacity permit given back and its usage recorded as 499 client_stalled (gateway.api.front.sse_relay)
     stream_write_timeout_s: float = 30.0
     # Streams one key may have in flight at one serving process; past it: 429 too_many_streams
     max_streams_per_key: int = 256

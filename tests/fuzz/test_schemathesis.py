@@ -57,7 +57,7 @@ from schemathesis.checks import load_all_checks
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from gateway.api.openapi_config import ADMIN_KEY, TEAM_KEY, TEAM_KEY_HEADER
+from gateway.api.openapi import ADMIN_KEY, TEAM_KEY, TEAM_KEY_HEADER
 from tests.fuzz.stack import ADMIN_KEY as ADMIN_SECRET
 from tests.fuzz.stack import ServedStack, served_gateway
 

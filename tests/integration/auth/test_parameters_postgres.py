@@ -12,7 +12,7 @@ import structlog
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
-from gateway.api import error_replies
+from gateway.api.front import error_replies
 from gateway.db.models import Team
 from gateway.db.session import create_engine, database_error
 from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url

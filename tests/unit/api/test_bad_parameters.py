@@ -12,7 +12,7 @@ import pytest
 import structlog
 from sqlalchemy import text
 
-from gateway.api import error_replies
+from gateway.api.front import error_replies
 from gateway.db.session import create_engine
 from tests.unit.api.bad_parameters import ADMIN_KEY, MARKER, Lines, gateway, misanswered
 

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
-from gateway.api.openapi_config import ADMIN_KEY, TEAM_KEY, TEAM_KEY_HEADER
+from gateway.api.openapi import ADMIN_KEY, TEAM_KEY, TEAM_KEY_HEADER
 from tests.unit.api.bad_parameters import Gateway, gateway
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

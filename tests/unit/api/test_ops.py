@@ -11,7 +11,7 @@ from pathlib import Path
 
 from litestar.testing import AsyncTestClient
 
-from gateway.api.proxy_asgi import ProxyFront
+from gateway.api.front.proxy import ProxyFront
 from gateway.app import create_app
 from gateway.server.asgi import serving_app
 from gateway.services import Services

@@ -14,8 +14,8 @@ from litestar.exceptions import HTTPException
 from litestar.testing import AsyncTestClient
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.api.batch_jobs import BATCH_JOB_HANDLERS
-from gateway.api.files import FILE_HANDLERS
+from gateway.api.openai.batches import BATCH_JOB_HANDLERS
+from gateway.api.openai.files import FILE_HANDLERS
 from gateway.app import gateway_error_handler, http_error_handler
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader

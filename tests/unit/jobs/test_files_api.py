@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from sqlalchemy import select
 
-from gateway.api.files import MAX_FILE_BYTES
+from gateway.api.openai.files import MAX_FILE_BYTES
 from gateway.db.models import FileContent
 from gateway.db.teams import utcnow
 from gateway.jobs import files

@@ -18,7 +18,7 @@ from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from gateway.api.admin.body import decode_body
-from gateway.api.files import authenticated
+from gateway.api.openai.files import authenticated
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.db.models import BatchJob

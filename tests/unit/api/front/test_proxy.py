@@ -13,7 +13,7 @@ import httpx
 import pytest
 from litestar.testing import AsyncTestClient, TestClient
 
-from gateway.api.proxy_asgi import ProxyFront
+from gateway.api.front.proxy import ProxyFront
 from gateway.app import create_app
 from tests.fuzz.stack import fuzz_settings, prepare_database
 

@@ -1,7 +1,7 @@
 """Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
 On the Messages API (`/v1/messages...`) the object is in Anthropic's envelope (`"type": "error"`).
 
-`gateway.app` turns them into Litestar responses; `gateway.api.proxy_asgi` sends them itself.
+`gateway.app` turns them into Litestar responses; `gateway.api.front.proxy` sends them itself.
 Each logs the refusal once, as one `request_rejected` line that explains it to an operator: request
 id, status, code, message, `param`, path, user agent, and the key's id and prefix when the key was
 known (never the key, never the body or the prompt, never a failed statement's values);

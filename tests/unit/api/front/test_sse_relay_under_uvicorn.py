@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.api.sse_relay import SSE, relay_sse
+from gateway.api.front.sse_relay import SSE, relay_sse
 
 WRITE_TIMEOUT_S = 0.3
 FRAME = b"data: " + b"x" * 65_536 + b"\n\n"

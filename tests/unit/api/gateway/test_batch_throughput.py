@@ -21,7 +21,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.api.batches import BATCH_HANDLERS
+from gateway.api.gateway.batches import BATCH_HANDLERS
 from gateway.app import gateway_error_handler, http_error_handler
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader

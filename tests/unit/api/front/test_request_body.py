@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
+from gateway.api.front.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
 from gateway.errors import ServiceUnavailable
 
 

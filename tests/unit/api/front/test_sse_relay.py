@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.sse_relay import SSE, relay_sse
+from gateway.api.front.sse_relay import SSE, relay_sse
 
 WRITE_TIMEOUT_S = 30.0  # far beyond what these clients take
 

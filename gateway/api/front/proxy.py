@@ -6,8 +6,8 @@ Litestar's per-request machinery (request and response objects, the handler sign
 header containers, the exception middleware) is a measurable share of the gateway's CPU per
 request (docs/performance.md). This front runs the same `ProxyPipeline` as the Litestar handlers,
 reads the body itself once the key is checked, under the process's budget of bodies being read
-(`gateway.api.request_body`), and sends the ASGI messages; a stream is relayed frame by frame and
-stopped as soon as the client leaves, or stops taking what is sent (`gateway.api.sse_relay`). Every other request goes to
+(`gateway.api.front.request_body`), and sends the ASGI messages; a stream is relayed frame by frame and
+stopped as soon as the client leaves, or stops taking what is sent (`gateway.api.front.sse_relay`). Every other request goes to
 Litestar, which keeps documenting these endpoints in the OpenAPI schema and serving them to
 in-process clients.
 """
@@ -19,15 +19,15 @@ from typing import Any, cast
 from litestar import Litestar
 from litestar.types import Receive, Scope, Send
 
-from gateway.api.error_replies import (
+from gateway.api.front.error_replies import (
     Asker,
     ErrorReply,
     gateway_error_reply,
     http_error_reply,
     internal_error_reply,
 )
-from gateway.api.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
-from gateway.api.sse_relay import SSE, relay_sse
+from gateway.api.front.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
+from gateway.api.front.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
 from gateway.providers.base import Endpoint
 from gateway.proxy.exchange import ProxyExchange

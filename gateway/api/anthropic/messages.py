@@ -18,7 +18,7 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from gateway.api.openai import _proxy
+from gateway.api.openai.inference import _proxy
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.auth.principal import Principal
 from gateway.dialects.messages.count import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from gateway.api.openai import _proxy
+from gateway.api.openai.inference import _proxy
 from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.providers.base import Endpoint
 from gateway.schemas.responses import Response as ResponseObject

@@ -1,0 +1,1 @@
+"""Anthropic's surface: the Messages API and its count_tokens."""
