@@ -18,8 +18,8 @@ from litestar.template import TemplateConfig
 from litestar.types import ExceptionHandlersMap
 
 from gateway.console import figures
-from gateway.console.forgery import CSRF_FIELD, CrossSiteRefused
-from gateway.console.sessions import AdminRequired, ConsoleSessions, SignInRequired, Viewer
+from gateway.console.auth.forgery import CSRF_FIELD, CrossSiteRefused
+from gateway.console.auth.sessions import AdminRequired, ConsoleSessions, SignInRequired, Viewer
 from gateway.errors import GatewayError
 
 HERE = Path(__file__).resolve().parent

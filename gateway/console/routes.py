@@ -11,14 +11,14 @@ from litestar.datastructures import CacheControlHeader, ResponseHeader
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
-from gateway.console.batch_pages import BATCH_PAGE_HANDLERS
-from gateway.console.provider_pages import PROVIDER_PAGE_HANDLERS
+from gateway.console.auth.sessions import ConsoleSessions, session_dependencies
+from gateway.console.auth.sign_in import SIGN_IN_HANDLERS
+from gateway.console.pages.batches import BATCH_PAGE_HANDLERS
+from gateway.console.pages.providers import PROVIDER_PAGE_HANDLERS
+from gateway.console.pages.teams import TEAM_PAGE_HANDLERS
+from gateway.console.pages.usage import USAGE_PAGE_HANDLERS
 from gateway.console.rendering import CONSOLE_ERRORS, SECURITY_HEADERS, STATIC
-from gateway.console.sessions import ConsoleSessions, session_dependencies
-from gateway.console.sign_in import SIGN_IN_HANDLERS
-from gateway.console.team_pages import TEAM_PAGE_HANDLERS
 from gateway.console.timing import server_timing
-from gateway.console.usage_pages import USAGE_PAGE_HANDLERS
 from gateway.settings import Settings
 
 STATIC_MAX_AGE_S = 3600

@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.auth.attempts import KeyAttempts, TooManyAttempts
 from gateway.auth.key_cache import KeyCache, publish_invalidation
 from gateway.auth.principal import KeyState, Principal
-from gateway.console.session_state import SignOuts
+from gateway.console.auth.session_state import SignOuts
 from gateway.errors import RateLimited
 from gateway.limits.redis_limiter import RedisLimiter
 from gateway.limits.reservation import Reservation

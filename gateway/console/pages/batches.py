@@ -23,9 +23,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.api.openai.batches import batch_object
+from gateway.console.auth.sessions import Viewer
+from gateway.console.pages.usage import team_names
 from gateway.console.rendering import page
-from gateway.console.sessions import Viewer
-from gateway.console.usage_pages import team_names
 from gateway.db.models import UsageRecord
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.batches import get_job, list_jobs

@@ -7,8 +7,14 @@ import pytest
 from litestar import Response
 from litestar.testing import RequestFactory
 
-from gateway.console.sessions import COOKIE, SECURE_COOKIE, ConsoleSessions, cookie_name, served_over_https
-from gateway.console.tokens import TokenSigner
+from gateway.console.auth.sessions import (
+    COOKIE,
+    SECURE_COOKIE,
+    ConsoleSessions,
+    cookie_name,
+    served_over_https,
+)
+from gateway.console.auth.tokens import TokenSigner
 
 
 def sign_in_request(scheme: str, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

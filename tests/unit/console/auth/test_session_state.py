@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import fakeredis
 
-from gateway.console.session_state import SignOuts
+from gateway.console.auth.session_state import SignOuts
 
 
 @dataclass

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from gateway.console.tokens import SessionClaims, TokenSigner, console_secret
+from gateway.console.auth.tokens import SessionClaims, TokenSigner, console_secret
 
 NOW = 1_800_000_000.0
 SIGNER = TokenSigner(b"s" * 32)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from litestar.testing import RequestFactory
 
-from gateway.console.forgery import CrossSiteRefused, check_form, check_origin
-from gateway.console.sessions import Viewer
-from gateway.console.tokens import SessionClaims
+from gateway.console.auth.forgery import CrossSiteRefused, check_form, check_origin
+from gateway.console.auth.sessions import Viewer
+from gateway.console.auth.tokens import SessionClaims
 
 HOST = "console.example:8080"
 VIEWER = Viewer(SessionClaims(sid="s", exp=2**31, admin_mark="m"), csrf_token="the-token")

@@ -9,8 +9,8 @@ from litestar.di import NamedDependency
 from litestar.response import Template
 
 from gateway.api.admin.providers import deployment_health
+from gateway.console.auth.sessions import Viewer
 from gateway.console.rendering import page
-from gateway.console.sessions import Viewer
 from gateway.services import services_of
 
 

@@ -1,6 +1,6 @@
 """Who is looking at a console page: the session cookie, checked on every request.
 
-A page's `viewer` dependency verifies the cookie's token (`gateway.console.tokens`), refuses a
+A page's `viewer` dependency verifies the cookie's token (`gateway.console.auth.tokens`), refuses a
 session that signed out, and re-checks its key through the key cache (a cheap in-memory hit most
 of the time), so a session ends as soon as its key is revoked, expires or its team is deleted, and
 an admin session ends when the admin key changes. Admin pages depend on `admin` instead, which
@@ -25,8 +25,8 @@ from litestar.di import NamedDependency, Provide
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import constant_time_equals
-from gateway.console.session_state import SignOuts
-from gateway.console.tokens import SessionClaims, TokenSigner, console_secret
+from gateway.console.auth.session_state import SignOuts
+from gateway.console.auth.tokens import SessionClaims, TokenSigner, console_secret
 from gateway.errors import AuthenticationFailed
 from gateway.services import services_of
 from gateway.settings import Settings

@@ -13,8 +13,8 @@ from litestar.response import Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.console import rendering
-from gateway.console.sessions import Viewer
-from gateway.console.usage_view import GROUPINGS, UsageFilters, table_page, usage_view
+from gateway.console.auth.sessions import Viewer
+from gateway.console.pages.usage_view import GROUPINGS, UsageFilters, table_page, usage_view
 from gateway.db import teams
 from gateway.db.session import report_sessions
 from gateway.metering.reports import report_csv, usage_report

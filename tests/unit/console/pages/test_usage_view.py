@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from gateway.console.usage_view import (
+from gateway.console.pages.usage_view import (
     MAX_SERIES,
     OTHER,
     TABLE_PAGE,

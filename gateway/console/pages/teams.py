@@ -17,10 +17,10 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from gateway.api.admin.views import key_created, key_out, team_out
-from gateway.console.forgery import check_form
+from gateway.console.auth.forgery import check_form
+from gateway.console.auth.sessions import Viewer
 from gateway.console.forms import form_fields, key_create, key_update, listed, team_create, team_update
 from gateway.console.rendering import page
-from gateway.console.sessions import Viewer
 from gateway.db import keys, teams
 from gateway.errors import GatewayError
 from gateway.schemas.admin import KeyCreated

@@ -20,10 +20,10 @@ from litestar.response import Redirect, Template
 
 from gateway.auth.attempts import TooManyAttempts
 from gateway.auth.secrets import constant_time_equals, hash_secret
-from gateway.console.forgery import check_form, check_origin
+from gateway.console.auth.forgery import check_form, check_origin
+from gateway.console.auth.sessions import ConsoleSessions, SignInRequired, Viewer
 from gateway.console.forms import form_fields
 from gateway.console.rendering import LOGIN_PATH, page, safe_next
-from gateway.console.sessions import ConsoleSessions, SignInRequired, Viewer
 from gateway.errors import AuthenticationFailed
 from gateway.services import services_of
 

@@ -1,0 +1,1 @@
+"""The console's pages: usage, batches and jobs, providers, teams and keys."""
