@@ -21,8 +21,8 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.writer import UsageWriter
 from gateway.server.gc_tuning import tune_for_serving
 
 SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432"

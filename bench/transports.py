@@ -1,4 +1,4 @@
-"""The gateway's upstream pool (`gateway.dispatch.http1`) against httpx (httpcore), httpx-aiohttp
+"""The gateway's upstream pool (`gateway.dispatch.http1.pool`) against httpx (httpcore), httpx-aiohttp
 and bare aiohttp.
 
 Each client sends the same POST to nginx the way the executor does (`send(stream=True)`, read the
@@ -62,7 +62,7 @@ async def run_one(kind: str, url: str, requests: int, concurrency: int) -> dict[
     body = chat_body("bench-json", stream=False)
     limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=60)
     if kind == "gateway":
-        from gateway.dispatch.http1 import UpstreamPool
+        from gateway.dispatch.http1.pool import UpstreamPool
 
         pool = UpstreamPool()
         headers = {"content-type": "application/json", "authorization": "Bearer bench"}

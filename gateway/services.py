@@ -28,16 +28,16 @@ from gateway.db.session import (
     session_factory,
 )
 from gateway.dispatch.executor import Executor
-from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1.pool import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
-from gateway.jobs.file_slots import FileSlots
-from gateway.jobs.file_store import FileStore, open_file_store
+from gateway.jobs.files.slots import FileSlots
+from gateway.jobs.files.store import FileStore, open_file_store
 from gateway.jobs.runner import JobRunner
 from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, Reservations, reconcile
-from gateway.metering.buffer import MemoryBuffer, UsageBuffer
-from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer, UsageBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer, process_consumer_name
+from gateway.metering.storage.writer import UsageWriter
 from gateway.metrics.instruments import Metrics
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.relay import KeyStreams
@@ -49,7 +49,7 @@ from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
 from gateway.scheduling.permits import PermitBank
-from gateway.scheduling.redis_permits import RedisPermits
+from gateway.scheduling.redis.permits import RedisPermits
 from gateway.scheduling.scheduler import Scheduler
 from gateway.settings import Catalog, ProviderKind, Settings
 from gateway.telemetry import Telemetry, open_telemetry

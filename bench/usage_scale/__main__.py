@@ -24,7 +24,7 @@ from bench.usage_scale.dataset import DAYS, Tenant, events
 from bench.usage_scale.dataset import day_zero as first_day
 from bench.usage_scale.queries import queries, timed
 from gateway.db.session import create_engine, session_factory
-from gateway.metering.partitions import DEFAULT_PARTITION
+from gateway.metering.storage.partitions import DEFAULT_PARTITION
 
 QUERY_TARGET_MS = 100.0  # "well under" the pages' 300 ms (and the 200 ms asked of the month's report)
 PROGRESS_EVERY = 1_000_000  # records, between the load's progress lines

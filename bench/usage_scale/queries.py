@@ -10,15 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 from bench.usage_scale.dataset import Tenant
 from bench.usage_scale.stack import Sessions
-from gateway.metering.batch_reports import team_batches
-from gateway.metering.reports import (
+from gateway.metering.reports.batches import team_batches
+from gateway.metering.reports.throughput import batch_throughput
+from gateway.metering.reports.usage import (
     UsageQuery,
     encode_cursor,
     report_csv,
     usage_events,
     usage_report,
 )
-from gateway.metering.throughput import batch_throughput
 
 Run = Callable[[Sessions], Awaitable[object]]
 

@@ -19,10 +19,10 @@ from bench.usage_scale.dataset import KEYS_PER_TEAM, TEAMS, Tenant
 from gateway.db import keys, teams
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import ApiKey, Team
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.partitions import add_months, create_months, month_of
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.partitions import add_months, create_months, month_of
+from gateway.metering.storage.writer import UsageWriter
 from gateway.schemas.admin import KeyCreate, TeamCreate
 
 DATABASE = "gateway_bench_usage"

@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.db.session import ReplicaSessions
-from gateway.metering.writer import dead_letter_count
+from gateway.metering.storage.writer import dead_letter_count
 from gateway.routing.batch_pin import PinStoreUnavailable
 from gateway.services import Services, services_of
 

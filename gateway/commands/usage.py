@@ -1,7 +1,7 @@
 """`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records, teams
 named by their names (`--team` takes a name or an id);
 `gateway usage partitions`: usage_records' month partitions created ahead and expired ones dropped
-(gateway.metering.upkeep), as the usage writer does daily."""
+(gateway.metering.storage.upkeep), as the usage writer does daily."""
 
 from __future__ import annotations
 
@@ -14,11 +14,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.commands.database import run_in_transaction
 from gateway.commands.terminal import render_table
 from gateway.db.teams import reported_team_id, team_names
-from gateway.metering.partitions import is_partitioned, month_partitions
 from gateway.metering.pricing import money_str
-from gateway.metering.reports import ROW_FIELD, UsageQuery, UsageRow, parse_group_by, report_csv, usage_report
-from gateway.metering.retention import records_from
-from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage
+from gateway.metering.reports.usage import (
+    ROW_FIELD,
+    UsageQuery,
+    UsageRow,
+    parse_group_by,
+    report_csv,
+    usage_report,
+)
+from gateway.metering.storage.partitions import is_partitioned, month_partitions
+from gateway.metering.storage.retention import records_from
+from gateway.metering.storage.upkeep import UsageUpkeep, keep_usage_storage
 from gateway.settings import Settings
 
 TOTALS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")

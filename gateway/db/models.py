@@ -137,7 +137,7 @@ class UsageDaily(Base):
 
 class UsageRetention(Base):
     """Where the usage records begin once retention has dropped old months
-    (gateway.metering.retention): before `records_from` only usage_daily's whole days are kept.
+    (gateway.metering.storage.retention): before `records_from` only usage_daily's whole days are kept.
     No row: every record is still there."""
 
     __tablename__ = "usage_retention"

@@ -1,6 +1,6 @@
 """Any httpx transport behind the executor's upstream interface: the in-process `mock` provider.
 
-Network upstreams go through `gateway.dispatch.http1`; this bridge lets an httpx transport (the
+Network upstreams go through `gateway.dispatch.http1.pool`; this bridge lets an httpx transport (the
 in-process mock, or `httpx.MockTransport` at a test seam) stand in for it, with httpx's exceptions
 mapped to the gateway's own at this boundary.
 """

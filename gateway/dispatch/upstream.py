@@ -1,7 +1,7 @@
 """What the executor asks of an upstream HTTP client (`UpstreamClient`, its `Reply`), and the
 count of requests in flight on each deployment (`InFlight`).
 
-`gateway.dispatch.http1.UpstreamPool` serves network upstreams; `gateway.dispatch.httpx_bridge`
+`gateway.dispatch.http1.pool.UpstreamPool` serves network upstreams; `gateway.dispatch.httpx_bridge`
 puts any httpx transport (the in-process mock) behind the same interface.
 """
 

@@ -22,11 +22,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.auth.principal import Principal
 from gateway.db.keys import principal_of
 from gateway.db.models import ApiKey, BatchJob, BatchLine, Team, UsageRecord
-from gateway.jobs.file_store import FileStore
-from gateway.jobs.files import BATCH_ERRORS, BATCH_OUTPUT, store_file
+from gateway.jobs.files.repository import BATCH_ERRORS, BATCH_OUTPUT, store_file
+from gateway.jobs.files.store import FileStore
 from gateway.jobs.output_files import JobFiles, LineRecord
 from gateway.metering.events import UsageEvent
-from gateway.metering.writer import record_row
+from gateway.metering.storage.writer import record_row
 
 # The statuses a runner works on; every other status is final.
 RUNNABLE = ("validating", "in_progress", "finalizing", "cancelling")

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
     from gateway.dispatch.executor import Executor
-    from gateway.jobs.file_store import FileStore
+    from gateway.jobs.files.store import FileStore
     from gateway.metrics.instruments import Metrics
     from gateway.routing.deployment import Deployment, DeploymentTable
     from gateway.routing.health import HealthBoard

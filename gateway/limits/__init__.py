@@ -7,7 +7,7 @@ exact across processes, `MemoryLimiter` serves the embedded single process.
 
 from gateway.limits.limiter import Admission, Limiter, MemoryLimiter
 from gateway.limits.reconcile import RecordedSpend, load_month_spend, reconcile
-from gateway.limits.redis_limiter import RedisLimiter
+from gateway.limits.redis.limiter import RedisLimiter
 from gateway.limits.reservation import Reservation, Reservations
 from gateway.limits.spend import MonthSpend
 

@@ -1,7 +1,7 @@
 """Permits for a replica's capacity shared by processes: `PermitBank` is what a gate asks of them.
 
 Without a bank (no Redis, the embedded default) a gate counts this process's requests itself and
-caps hold per process (`fits`); `gateway.scheduling.redis_permits.RedisPermits` holds them across
+caps hold per process (`fits`); `gateway.scheduling.redis.permits.RedisPermits` holds them across
 every gateway process.
 """
 

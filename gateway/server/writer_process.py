@@ -23,8 +23,8 @@ import threading
 import structlog
 
 from gateway.db.session import create_engine, session_factory
-from gateway.metering.redis_buffer import RedisStreamBuffer, process_consumer_name
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer, process_consumer_name
+from gateway.metering.storage.writer import UsageWriter
 from gateway.redis.client import redis_client
 from gateway.server.gc_tuning import tune_for_serving
 from gateway.settings import Settings

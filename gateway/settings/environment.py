@@ -71,7 +71,7 @@ class Settings(msgspec.Struct, frozen=True):
     # usage_records' month partitions created ahead of the current month (PostgreSQL)
     usage_partitions_ahead: int = 3
     # whole months of usage records kept before the current one; None: kept forever. Older months
-    # are dropped once usage_daily holds their totals (gateway.metering.retention)
+    # are dropped once usage_daily holds their totals (gateway.metering.storage.retention)
     usage_retention_months: int | None = None
     host: str = "127.0.0.1"
     port: int = 8080

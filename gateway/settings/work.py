@@ -68,7 +68,7 @@ FILE_STORES = ("database", "s3")
 
 
 class S3Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """An S3-compatible bucket that holds the Files API's bytes (gateway.jobs.file_store)."""
+    """An S3-compatible bucket that holds the Files API's bytes (gateway.jobs.files.store)."""
 
     endpoint_url: str
     bucket: str

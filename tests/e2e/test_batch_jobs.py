@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai.types import Batch
 
-from tests.e2e.jobs_stack import (
+from tests.e2e.stacks.jobs import (
     FINAL,
     TAKEOVER_JOBS,
     Gateway,

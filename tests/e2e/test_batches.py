@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e import batches_stack as fixtures
-from tests.e2e.batches_stack import FAILURE_THRESHOLD, MAX_ATTEMPTS, BatchStack
+from tests.e2e.stacks import batches as fixtures
+from tests.e2e.stacks.batches import FAILURE_THRESHOLD, MAX_ATTEMPTS, BatchStack
 
 upstream_pair = fixtures.upstream_pair
 batch_stack = fixtures.batch_stack

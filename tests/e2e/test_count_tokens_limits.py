@@ -11,7 +11,7 @@ from decimal import Decimal
 import anthropic
 import pytest
 
-from tests.e2e.messages_stack import MessagesStack, messages_stack
+from tests.e2e.stacks.messages import MessagesStack, messages_stack
 from tests.support.gateway import Team, create_team
 
 HELLO = [{"role": "user", "content": "Count the tokens of this sentence, please."}]

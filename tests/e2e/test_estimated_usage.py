@@ -3,7 +3,7 @@ that carries no usage, are billed from the gateway's estimate of the whole promp
 endpoint, marked estimated.
 
 The official openai and anthropic SDKs against `gateway serve` and `gateway mock-upstream`
-(tests/e2e/responses_stack.py): Responses passed through (gpt) and translated (llama to chat,
+(tests/e2e/stacks/responses.py): Responses passed through (gpt) and translated (llama to chat,
 claude to the Messages API); Messages translated (llama) and native (claude).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.e2e.responses_stack import ResponsesStack, responses_stack
+from tests.e2e.stacks.responses import ResponsesStack, responses_stack
 from tests.support.gateway import Team
 from tests.support.upstream import RunningUpstream
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from tests.e2e.messages_stack import MessagesStack, expected_cost, messages_stack
+from tests.e2e.stacks.messages import MessagesStack, expected_cost, messages_stack
 from tests.support.gateway import Team
 from tests.support.upstream import RunningUpstream
 

@@ -20,7 +20,7 @@ import redis
 
 from tests.e2e.caching_cases import EPHEMERAL, HANDBOOK, HINT_CASES, REJECTED_CASES, HintCase
 from tests.e2e.caching_replicas import KEYS, home_replicas, placements, send_keyed_requests
-from tests.e2e.caching_stack import (
+from tests.e2e.stacks.caching import (
     MAIN_CONFIG,
     REDIS_URL,
     CachingStack,

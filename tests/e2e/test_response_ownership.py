@@ -17,7 +17,7 @@ import openai
 import pytest
 import redis
 
-from tests.e2e.responses_stack import ADMIN_KEY, CONFIG
+from tests.e2e.stacks.responses import ADMIN_KEY, CONFIG
 from tests.support.gateway import GatewayProcess, Team, create_team, recreate_database
 from tests.support.servers import PrivateRedis
 from tests.support.upstream import RunningUpstream, start_mock_upstream

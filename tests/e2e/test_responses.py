@@ -13,7 +13,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.e2e.responses_stack import ResponsesStack, responses_stack
+from tests.e2e.stacks.responses import ResponsesStack, responses_stack
 from tests.support.gateway import Team
 from tests.support.openapi import validate
 from tests.support.upstream import RunningUpstream

@@ -24,7 +24,7 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from openai.types.completion_usage import CompletionUsage
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.scheduling_stack import SchedulingStack, eventually, scheduling_stack
+from tests.e2e.stacks.scheduling import SchedulingStack, eventually, scheduling_stack
 from tests.support.gateway import Team
 
 pytestmark = pytest.mark.e2e

@@ -30,7 +30,7 @@ import asyncpg
 import httpx
 import openai
 
-from tests.e2e.scheduling_stack import Simulator
+from tests.e2e.stacks.scheduling import Simulator
 from tests.hosts.balancer import Balancer
 from tests.hosts.stores import BridgedPostgres, BridgedRedis
 from tests.hosts.topology import Host, Topology

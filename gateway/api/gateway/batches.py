@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.api.openapi_bodies import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, text_param
 from gateway.errors import InvalidRequest, NotFound
-from gateway.jobs.batches import get_job
-from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
+from gateway.jobs.repository import get_job
 from gateway.metering.pricing import money_str
-from gateway.metering.throughput import Throughput, batch_throughput
+from gateway.metering.reports.batches import TeamBatch, batch_totals, team_batch, team_batches
+from gateway.metering.reports.throughput import Throughput, batch_throughput
 from gateway.routing.batch_pin import BatchPin
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import BATCH_ID

@@ -22,7 +22,7 @@ from gateway.api.query_params import documented_query, moment_param, page_size, 
 from gateway.db.session import report_sessions
 from gateway.db.teams import reported_team_id, team_names
 from gateway.errors import InvalidRequest, PermissionDenied
-from gateway.metering.reports import (
+from gateway.metering.reports.usage import (
     GROUP_FIELDS,
     ROW_FIELD,
     UsageEventRow,

@@ -23,7 +23,7 @@ from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schem
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
-from gateway.jobs import batches
+from gateway.jobs import repository as batches
 from gateway.schemas.batch_api import (
     Batch,
     BatchCreate,

@@ -4,7 +4,7 @@ Only purpose `batch` may be uploaded: the gateway keeps files for its Batch API.
 up to OpenAI's batch input limit (`MAX_FILE_BYTES`), above the gateway's `limits.max_body_bytes`:
 this route alone raises Litestar's body limit, and Litestar's streaming multipart parser spools the
 file to a temporary file while it arrives. Then, in one of the process's file slots
-(`files.max_concurrent`), it is copied to the store a chunk at a time (`gateway.jobs.file_store`:
+(`files.max_concurrent`), it is copied to the store a chunk at a time (`gateway.jobs.files.store`:
 S3 in parts, PostgreSQL in one streamed COPY row).
 """
 
@@ -29,7 +29,7 @@ from gateway.auth.principal import Principal
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
 from gateway.errors import InvalidRequest
-from gateway.jobs import files
+from gateway.jobs.files import repository as files
 from gateway.schemas.batch_api import FileDeleted, FileList, OpenAIFile
 from gateway.services import services_of
 

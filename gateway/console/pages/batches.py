@@ -28,10 +28,10 @@ from gateway.console.pages.usage import team_names
 from gateway.console.rendering import page
 from gateway.db.models import UsageRecord
 from gateway.errors import InvalidRequest, NotFound
-from gateway.jobs.batches import get_job, list_jobs
-from gateway.metering.batch_reports import TeamBatch, batch_totals, team_batch, team_batches
-from gateway.metering.reports import UsageQuery, UsageRow, usage_report
-from gateway.metering.throughput import batch_throughput
+from gateway.jobs.repository import get_job, list_jobs
+from gateway.metering.reports.batches import TeamBatch, batch_totals, team_batch, team_batches
+from gateway.metering.reports.throughput import batch_throughput
+from gateway.metering.reports.usage import UsageQuery, UsageRow, usage_report
 from gateway.routing.directives import BATCH_ID
 from gateway.schemas.batch_api import Batch
 from gateway.services import services_of

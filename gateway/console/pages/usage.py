@@ -17,7 +17,7 @@ from gateway.console.auth.sessions import Viewer
 from gateway.console.pages.usage_view import GROUPINGS, UsageFilters, table_page, usage_view
 from gateway.db import teams
 from gateway.db.session import report_sessions
-from gateway.metering.reports import report_csv, usage_report
+from gateway.metering.reports.usage import report_csv, usage_report
 from gateway.services import services_of
 
 TEAMS_LISTED = 1000  # the teams a filter offers (and whose names label the charts)

@@ -15,7 +15,7 @@ from typing import Literal
 from gateway.console import figures
 from gateway.console.charts import BarChart, Series, stacked_bars
 from gateway.errors import InvalidRequest
-from gateway.metering.reports import GroupField, UsageQuery, UsageRow
+from gateway.metering.reports.usage import GroupField, UsageQuery, UsageRow
 
 Grouping = Literal["none", "team", "model"]
 GROUPINGS: tuple[Grouping, ...] = ("none", "team", "model")

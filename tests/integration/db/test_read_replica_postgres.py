@@ -18,9 +18,9 @@ from gateway.app import create_app
 from gateway.cli import main
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, open_read_engine, report_sessions, session_factory
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from gateway.settings import load_settings
 from tests.integration.metering.conftest import _on_server, create_database, drop_database, pg_url
 from tests.support.stores import POSTGRES_SERVER

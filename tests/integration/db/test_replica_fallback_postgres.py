@@ -20,9 +20,9 @@ from litestar.testing import TestClient
 from gateway.app import create_app
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import ReplicaSessions, create_engine, session_factory
-from gateway.metering.buffer import MemoryBuffer
-from gateway.metering.reports import UsageQuery, usage_report
-from gateway.metering.writer import UsageWriter
+from gateway.metering.reports.usage import UsageQuery, usage_report
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from gateway.settings import load_settings
 from tests.integration.db.test_read_replica_postgres import event
 from tests.integration.metering.conftest import create_database, drop_database, pg_url

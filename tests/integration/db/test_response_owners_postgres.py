@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import ResponseOwner, UsageRecord
 from gateway.db.session import session_factory
-from gateway.metering.buffer import MemoryBuffer
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
 from tests.unit.proxy.test_response_owners import record
 

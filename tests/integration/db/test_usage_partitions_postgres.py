@@ -18,19 +18,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import InvalidRequest
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.partitions import (
+from gateway.metering.reports.usage import UsageQuery, UsageRow, usage_events, usage_report
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.partitions import (
     DEFAULT_PARTITION,
     add_months,
     ensure_partitions,
     month_of,
     month_partitions,
 )
-from gateway.metering.reports import UsageQuery, UsageRow, usage_events, usage_report
-from gateway.metering.retention import records_from
-from gateway.metering.upkeep import UsageUpkeep, keep_usage_storage
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.retention import records_from
+from gateway.metering.storage.upkeep import UsageUpkeep, keep_usage_storage
+from gateway.metering.storage.writer import UsageWriter
 from tests.integration.db.test_migrate_postgres import schema_diffs
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
 from tests.unit.db.test_migrate import migrate

@@ -15,7 +15,7 @@ import pytest
 from gateway.auth.principal import Principal
 from gateway.db.teams import utcnow
 from gateway.dispatch.executor import Executor
-from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1.pool import UpstreamPool
 from gateway.dispatch.upstream import Reply, UpstreamClient
 from gateway.jobs import ledger
 from gateway.jobs.ledger import LineOutcome, PendingLine

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.db.models import BatchJob, BatchLine, UsageRecord
 from gateway.db.teams import utcnow
 from gateway.jobs import ledger
-from gateway.jobs.files import file_bytes
+from gateway.jobs.files.repository import file_bytes
 from gateway.jobs.ledger import LineOutcome
 from gateway.jobs.runner import JobRunner
 from gateway.metering.events import UsageEvent

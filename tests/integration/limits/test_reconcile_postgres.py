@@ -13,8 +13,8 @@ from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError, QuotaExceeded, RateLimited, ServiceUnavailable
 from gateway.limits import Admission, RecordedSpend, RedisLimiter, Reservation, reconcile
 from gateway.limits.spend import to_units
-from gateway.metering.buffer import MemoryBuffer
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from tests.unit.limits.conftest import NOV_3, Clock, principal, usd
 from tests.unit.metering.conftest import EventFactory
 

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.models import BatchJob, UsageRecord
 from gateway.db.session import session_factory
-from gateway.metering.batch_reports import team_batches
-from gateway.metering.throughput import TimedRecord, batch_throughput, throughput
+from gateway.metering.reports.batches import team_batches
+from gateway.metering.reports.throughput import TimedRecord, batch_throughput, throughput
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
 
 pytestmark = pytest.mark.integration

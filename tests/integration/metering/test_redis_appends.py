@@ -6,7 +6,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
 from tests.unit.metering.conftest import EventFactory
 
 

@@ -14,10 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
-from gateway.metering.batch_reports import batch_totals
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.reports import (
+from gateway.metering.reports.batches import batch_totals
+from gateway.metering.reports.usage import (
     ROW_FIELD,
     GroupField,
     UsageQuery,
@@ -25,7 +24,8 @@ from gateway.metering.reports import (
     usage_events,
     usage_report,
 )
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
 from tests.unit.metering.conftest import EventFactory
 

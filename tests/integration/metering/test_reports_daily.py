@@ -22,8 +22,8 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import UsageDaily, UsageRecord
 from gateway.db.session import create_engine, session_factory
 from gateway.metering.events import UsageEvent
-from gateway.metering.reports import GroupField, UsageQuery, UsageRow, usage_report
-from gateway.metering.writer import record_row
+from gateway.metering.reports.usage import GroupField, UsageQuery, UsageRow, usage_report
+from gateway.metering.storage.writer import record_row
 from tests.integration.metering.conftest import create_database, drop_database, fresh_pg_engine, pg_url
 from tests.integration.metering.test_reports_backends import expected_rows, fill
 from tests.unit.db.test_migrate import migrate

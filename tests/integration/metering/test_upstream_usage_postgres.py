@@ -22,8 +22,8 @@ from sqlalchemy import select
 
 from gateway.db.models import UsageRecord
 from gateway.db.session import session_factory
-from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.writer import UsageWriter
 from gateway.server.asgi import serving_app
 from gateway.settings import load_settings
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine, pg_url

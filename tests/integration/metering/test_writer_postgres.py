@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import UsageDeadLetter, UsageRecord
 from gateway.db.session import create_engine, session_factory
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.redis_buffer import RedisStreamBuffer
-from gateway.metering.writer import UsageWriter, dead_letter_count
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.writer import UsageWriter, dead_letter_count
 from tests.integration.metering.conftest import create_database, drop_database, pg_url
 from tests.unit.metering.conftest import EventFactory
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
 from gateway.redis.client import redis_client
 from gateway.redis.group_commit import PipelineBatcher, ReplicasBehind
 from gateway.redis.urls import Durability

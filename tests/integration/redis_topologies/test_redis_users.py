@@ -16,11 +16,11 @@ from gateway.auth.key_cache import KeyCache, publish_invalidation
 from gateway.auth.principal import KeyState, Principal
 from gateway.console.auth.session_state import SignOuts
 from gateway.errors import RateLimited
-from gateway.limits.redis_limiter import RedisLimiter
+from gateway.limits.redis.limiter import RedisLimiter
 from gateway.limits.reservation import Reservation
 from gateway.limits.spend import MonthSpend, month_of
 from gateway.metering.events import UsageEvent, UsageSource
-from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
 from gateway.redis.client import RedisClient, redis_client
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.redis.urls import Durability
@@ -28,7 +28,7 @@ from gateway.routing.batch_pin import new_pin
 from gateway.routing.health import RedisHealthBoard
 from gateway.routing.pins import RedisPinStore
 from gateway.scheduling.permits import Caps
-from gateway.scheduling.redis_permits import RedisPermits
+from gateway.scheduling.redis.permits import RedisPermits
 from gateway.settings.catalog import CircuitSettings
 from tests.integration.redis_topologies.servers import LocalCluster
 from tests.unit.routing.catalog import CHAT

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway.redis.group_commit import PipelineBatcher
-from gateway.scheduling.redis_permits import RedisPermits
+from gateway.scheduling.redis.permits import RedisPermits
 from tests.support.stores import REDIS_DBS, REDIS_SERVER, redis_url
 
 REDIS_URL = redis_url("scheduling")

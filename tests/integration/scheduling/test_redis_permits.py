@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.scheduling.permits import Caps, PermitTotals
-from gateway.scheduling.redis_permits import RedisPermits, replica_keys
+from gateway.scheduling.redis.permits import RedisPermits, replica_keys
 from tests.integration.scheduling.conftest import Processes, RedisLink, kill
 
 pytestmark = pytest.mark.integration

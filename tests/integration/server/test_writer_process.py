@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import UsageRecord
-from gateway.metering.redis_buffer import RedisStreamBuffer
+from gateway.metering.storage.redis_buffer import RedisStreamBuffer
 from gateway.server import writer_process
 from gateway.server.gc_tuning import (
     MIDDLE_COLLECTIONS_PER_OLD,

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from gateway.dispatch.executor import Attempts, Executor, backoff_delay
-from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1.pool import UpstreamPool
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamTimeout, UpstreamUnavailable
 from gateway.providers.base import Endpoint, UpstreamCall

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from gateway.dispatch.executor import Attempts, Executor
-from gateway.dispatch.http1 import UpstreamPool
+from gateway.dispatch.http1.pool import UpstreamPool
 from gateway.errors import UpstreamError
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import DeploymentTable

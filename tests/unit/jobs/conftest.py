@@ -21,8 +21,8 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
-from gateway.jobs.file_slots import FileSlots
-from gateway.jobs.file_store import FileStore
+from gateway.jobs.files.slots import FileSlots
+from gateway.jobs.files.store import FileStore
 from gateway.metrics.instruments import Metrics
 from gateway.routing.deployment import DeploymentTable
 from gateway.settings import Settings

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 
 from gateway.db.models import BatchJob, BatchLine
-from gateway.jobs import files
+from gateway.jobs.files import repository as files
 from gateway.jobs.input_lines import prefix_key
 from tests.support.openapi import validate
 from tests.unit.jobs.conftest import Caller, Client, StandInServices, new_caller, upload

@@ -1,4 +1,4 @@
-"""The bound on a process's file work (gateway.jobs.file_slots, `files.max_concurrent`): uploads and
+"""The bound on a process's file work (gateway.jobs.files.slots, `files.max_concurrent`): uploads and
 batch creates past it wait for a slot, then are refused with 503 `server_busy` and a Retry-After."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ServiceUnavailable
-from gateway.jobs.file_slots import FileSlots
+from gateway.jobs.files.slots import FileSlots
 from gateway.settings import ConfigError, load_catalog
 from tests.unit.jobs.conftest import JSONL, Caller, Client, StandInServices, upload
 

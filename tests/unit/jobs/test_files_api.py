@@ -8,7 +8,7 @@ from sqlalchemy import select
 from gateway.api.openai.files import MAX_FILE_BYTES
 from gateway.db.models import FileContent
 from gateway.db.teams import utcnow
-from gateway.jobs import files
+from gateway.jobs.files import repository as files
 from tests.support.openapi import validate
 from tests.unit.jobs.conftest import JSONL, Caller, Client, StandInServices, upload
 

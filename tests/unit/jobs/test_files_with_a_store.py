@@ -1,4 +1,4 @@
-"""The files repository with an object store (gateway.jobs.files, `store=`): the bytes go to the
+"""The files repository with an object store (gateway.jobs.files.repository, `store=`): the bytes go to the
 store and never to file_contents; a file kept in the database before the store was configured is
 still read from there; a delete reaches the store; a store that fails takes the upload with it."""
 
@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from gateway.db.models import FileContent, StoredFile
 from gateway.db.session import session_factory
 from gateway.errors import NotFound, ServiceUnavailable
-from gateway.jobs import files
+from gateway.jobs.files import repository as files
 from tests.unit.auth.records import add_team
 
 

@@ -1,4 +1,4 @@
-"""How an upload's chunks become the parts of an S3 multipart upload (gateway.jobs.s3_store): every
+"""How an upload's chunks become the parts of an S3 multipart upload (gateway.jobs.files.s3_store): every
 part but the last exactly PART_BYTES, whatever the chunks' sizes, and nothing lost or reordered."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 
-from gateway.jobs.s3_store import PART_BYTES, _parts
+from gateway.jobs.files.s3_store import PART_BYTES, _parts
 
 
 async def chunked(data: bytes, size: int) -> AsyncIterator[bytes]:

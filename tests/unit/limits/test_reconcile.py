@@ -13,9 +13,9 @@ from gateway.db.session import create_engine, session_factory
 from gateway.errors import ServiceUnavailable
 from gateway.limits import Limiter, MemoryLimiter, RecordedSpend, RedisLimiter, load_month_spend, reconcile
 from gateway.limits.spend import to_units
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from tests.unit.limits.conftest import NOV_3, Clock
 from tests.unit.metering.conftest import EventFactory
 

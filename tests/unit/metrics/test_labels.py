@@ -13,7 +13,7 @@ from gateway.errors import (
     ServiceUnavailable,
     UpstreamRejected,
 )
-from gateway.metering.buffer import MeteringBacklogFull
+from gateway.metering.storage.buffer import MeteringBacklogFull
 from gateway.metrics.instruments import Metrics
 from gateway.metrics.labels import code_label, endpoint_label
 

@@ -12,7 +12,7 @@ from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider, ProviderKind
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "providers"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SECRET = "sk-upstream-secret-0123456789"
 
 

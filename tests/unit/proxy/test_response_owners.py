@@ -18,9 +18,9 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.models import ResponseOwner
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import InvalidRequest, UnknownResponse
-from gateway.metering.buffer import MemoryBuffer
 from gateway.metering.events import UsageEvent
-from gateway.metering.writer import UsageWriter
+from gateway.metering.storage.buffer import MemoryBuffer
+from gateway.metering.storage.writer import UsageWriter
 from gateway.proxy.response_owners import ResponseOwners, named_ids
 from gateway.settings import Provider, ProviderKind
 from tests.unit.providers.calls import provider

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.jobs.file_store import open_file_store
-from gateway.jobs.s3_store import S3FileStore
+from gateway.jobs.files.s3_store import S3FileStore
+from gateway.jobs.files.store import open_file_store
 from gateway.settings import ConfigError, FileSettings, S3Settings, load_catalog
 
 BASE = """

@@ -16,7 +16,7 @@ from gateway.console.pages.usage_view import (
     usage_view,
 )
 from gateway.errors import InvalidRequest
-from gateway.metering.reports import UsageRow
+from gateway.metering.reports.usage import UsageRow
 
 TODAY = date(2026, 3, 10)
 

@@ -49,12 +49,12 @@ def sent(adapter: TranslatedResponsesAdapter, body: dict[str, Any], **settings: 
     return decoded
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_requests"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/requests"))
 def test_requests_translate_to_chat(name: str, case: dict[str, Any]) -> None:
     assert sent(TO_CHAT, case["responses"]) == case["chat"], name
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_requests"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/requests"))
 def test_the_fixtures_are_requests_the_sdk_would_send_and_accept(name: str, case: dict[str, Any]) -> None:
     RESPONSES_PARAMS.validate_python({k: v for k, v in case["responses"].items() if k not in ("stream",)})
     chat = {
@@ -64,7 +64,7 @@ def test_the_fixtures_are_requests_the_sdk_would_send_and_accept(name: str, case
 
 
 @pytest.mark.parametrize(
-    ("name", "case"), [(n, c) for n, c in fixture_cases("responses_requests") if "anthropic" in c]
+    ("name", "case"), [(n, c) for n, c in fixture_cases("dialects/responses/requests") if "anthropic" in c]
 )
 def test_requests_translate_on_to_anthropic(name: str, case: dict[str, Any]) -> None:
     assert sent(TO_ANTHROPIC, case["responses"]) == case["anthropic"], name
@@ -113,7 +113,7 @@ def test_store_is_accepted_and_nothing_is_stored(store: bool | None) -> None:
     assert "store" not in sent(TO_CHAT, body)
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_rejected"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/rejected"))
 def test_what_needs_state_or_built_in_tools_is_refused(name: str, case: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest) as caught:
         sent(TO_CHAT, case["responses"])

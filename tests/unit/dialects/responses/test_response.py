@@ -64,13 +64,13 @@ def chat_completion(message: dict[str, Any], usage: Any = None, finish: str = "s
     return json.dumps(body).encode()
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_from_chat"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/from_chat"))
 def test_chat_completions_become_responses(name: str, case: dict[str, Any]) -> None:
     answer = adapter().parse_response(responses_call(case["request"]), json.dumps(case["chat"]).encode())
     assert json.loads(answer.body) == case["response"], name
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_from_chat"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/from_chat"))
 def test_the_responses_are_valid_for_openai_and_its_sdk(name: str, case: dict[str, Any]) -> None:
     validate("Response", case["response"])
     parsed = SDKResponse.model_validate(case["response"])

@@ -79,13 +79,13 @@ def sdk_final_response(events: list[dict[str, Any]]) -> Any:
     return final
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_streams"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/streams"))
 def test_chat_streams_become_response_events(name: str, case: dict[str, Any]) -> None:
     _, events = run(case["request"], case["chunks"])
     assert events == case["events"], name
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("responses_streams"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("dialects/responses/streams"))
 def test_the_events_are_valid_for_openai_and_its_sdk(name: str, case: dict[str, Any]) -> None:
     events = case["events"]
     for event in events:
@@ -106,7 +106,7 @@ def test_the_events_are_valid_for_openai_and_its_sdk(name: str, case: dict[str, 
 
 
 def test_the_completed_event_carries_usage_and_its_exact_cost() -> None:
-    case = dict(fixture_cases("responses_streams"))["text_with_usage"]
+    case = dict(fixture_cases("dialects/responses/streams"))["text_with_usage"]
     stream, events = run(case["request"], case["chunks"])
     assert stream.usage == TokenUsage(prompt_tokens=40, completion_tokens=9, cached_tokens=32)
     usage = events[-1]["response"]["usage"]

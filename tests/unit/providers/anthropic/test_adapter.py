@@ -32,12 +32,12 @@ def sent(body: dict[str, Any], *, typed: bool = True) -> dict[str, Any]:
     return decoded
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_requests"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/requests"))
 def test_request_translation(name: str, case: dict[str, Any]) -> None:
     assert sent(case["openai"]) == case["anthropic"], name
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_requests"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/requests"))
 def test_request_translation_from_the_untyped_body(name: str, case: dict[str, Any]) -> None:
     assert sent(case["openai"], typed=False) == case["anthropic"], name
 
@@ -65,7 +65,7 @@ def test_openai_cache_fields_are_not_sent() -> None:
     assert b"derived" not in request.content
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_rejected"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/rejected"))
 def test_rejected_layouts(name: str, case: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest) as caught:
         sent(case["openai"])
@@ -86,7 +86,7 @@ def token_usage(fields: dict[str, int]) -> TokenUsage:
     return TokenUsage(**fields)
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_responses"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/responses"))
 def test_response_translation(name: str, case: dict[str, Any]) -> None:
     response = ADAPTER.parse_response(
         call({"model": "claude", "messages": []}), json.dumps(case["anthropic"]).encode()
@@ -120,7 +120,7 @@ def run_stream(case: dict[str, Any]) -> tuple[list[bytes], TokenUsage | None]:
     return frames, translator.usage
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_streams"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/streams"))
 def test_stream_translation(name: str, case: dict[str, Any]) -> None:
     frames, usage = run_stream(case)
     payloads = sse_payloads(frames)
@@ -131,7 +131,7 @@ def test_stream_translation(name: str, case: dict[str, Any]) -> None:
 
 
 def test_stream_usage_chunk_only_when_client_asked() -> None:
-    case = dict(fixture_cases("anthropic_streams")[0][1])
+    case = dict(fixture_cases("providers/anthropic/streams")[0][1])
     assert case["client_wants_usage"]
     frames, _ = run_stream({**case, "client_wants_usage": False})
     payloads = sse_payloads(frames)
@@ -146,7 +146,7 @@ def test_stream_error_event_raises() -> None:
 
 
 def test_stream_cut_before_the_end_raises_on_finish() -> None:
-    case = fixture_cases("anthropic_streams")[0][1]
+    case = fixture_cases("providers/anthropic/streams")[0][1]
     translator = ADAPTER.stream_translator(call({"model": "a", "messages": [], "stream": True}))
     for event in case["events"][:4]:
         translator.feed(json.dumps(event).encode())
@@ -159,7 +159,7 @@ def test_stream_cut_before_the_end_raises_on_finish() -> None:
 
 def test_stream_without_usage_reports_none_rather_than_zero_counts() -> None:
     """Zero counts would be billed as the upstream's: none lets the gateway estimate them."""
-    case = fixture_cases("anthropic_streams")[0][1]
+    case = fixture_cases("providers/anthropic/streams")[0][1]
     translator = ADAPTER.stream_translator(call({"model": "a", "messages": [], "stream": True}))
     for event in case["events"]:
         without = {k: v for k, v in event.items() if k != "usage"}

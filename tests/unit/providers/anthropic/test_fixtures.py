@@ -19,18 +19,18 @@ REQUESTS = TypeAdapter(MessageCreateParamsNonStreaming)
 EVENTS: TypeAdapter[Any] = TypeAdapter(anthropic.types.RawMessageStreamEvent)
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_requests"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/requests"))
 def test_expected_requests_are_valid_message_create_params(name: str, case: dict[str, Any]) -> None:
     body = {k: v for k, v in case["anthropic"].items() if k != "stream"}
     REQUESTS.validate_python(body)
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_responses"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/responses"))
 def test_responses_are_valid_messages(name: str, case: dict[str, Any]) -> None:
     anthropic.types.Message.model_validate(case["anthropic"])
 
 
-@pytest.mark.parametrize(("name", "case"), fixture_cases("anthropic_streams"))
+@pytest.mark.parametrize(("name", "case"), fixture_cases("providers/anthropic/streams"))
 def test_stream_events_are_valid_events(name: str, case: dict[str, Any]) -> None:
     for event in case["events"]:
         if event["type"] != "ping":  # the SDK has no type for ping; the API sends it

@@ -1,1 +1,0 @@
-"""Pure parts of the batch job runner."""
