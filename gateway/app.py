@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import structlog
 from litestar import Litestar, Request, Response
+from litestar.di import Provide
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 
 from gateway.api.admin import ADMIN_CONTROLLERS
@@ -35,7 +36,7 @@ from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
 from gateway.logs import configure_logging
 from gateway.proxy.exchange import new_request_id
-from gateway.services import open_services
+from gateway.services import open_services, provide_services
 from gateway.settings import Settings, unpriced_deployments
 
 log = structlog.get_logger("gateway.app")
@@ -147,6 +148,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *OPS_HANDLERS,
             console_router(settings),
         ],
+        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
         lifespan=[lifespan],
         before_request=before_request,
         middleware=[RequestIdMiddleware],

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 from litestar import Request
+from litestar.connection import ASGIConnection
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -316,4 +317,10 @@ def _worker_writes(settings: Settings, buffer: UsageBuffer) -> UsageBuffer:
 
 def services_of(request: Request) -> Services:
     services: Services = request.app.state.services
+    return services
+
+
+def provide_services(connection: ASGIConnection) -> Services:
+    """The `services` dependency every handler and guard declares (gateway.app registers it once)."""
+    services: Services = connection.app.state.services
     return services
