@@ -1,4 +1,4 @@
-"""Prompt-cache hints on OpenAI-shaped bodies: derive a cache key, choose and apply a hint mode.
+"""Prompt-cache hints on OpenAI-shaped bodies: derive a cache key, apply a hint mode.
 
 `cache_control` breakpoints (the Anthropic convention) may sit on tools, messages and content
 parts; OpenAI-compatible upstreams either get them translated into `prompt_cache_key`, removed,
@@ -7,15 +7,12 @@ or passed through, per the provider's `cache_hints` setting.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
 from gateway.schemas.openai import ChatCompletionRequest, ChatMessage
-from gateway.settings import Provider, ProviderKind
 
 HintMode = Literal["openai", "strip", "pass"]
 
@@ -52,20 +49,6 @@ def _last_message_breakpoint(messages: list[ChatMessage]) -> int | None:
         if isinstance(message.content, list) and any(part.cache_control for part in message.content):
             return i
     return None
-
-
-def hint_mode(provider: Provider, base_url: str) -> HintMode:
-    """The provider's `cache_hints` setting, with "auto" resolved (OpenAI and Azure get "openai")."""
-    if provider.cache_hints in ("openai", "strip", "pass"):
-        return provider.cache_hints  # type: ignore[return-value]
-    if provider.kind is ProviderKind.AZURE or _is_openai_api(base_url):
-        return "openai"
-    return "strip"
-
-
-@functools.cache  # a handful of base URLs, from the catalog, asked about on every request
-def _is_openai_api(base_url: str) -> bool:
-    return urlsplit(base_url).hostname == "api.openai.com"
 
 
 def apply_openai_hints(body: dict[str, Any], mode: HintMode, cache_key: str | None) -> dict[str, Any]:

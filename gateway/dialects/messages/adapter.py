@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -21,6 +20,7 @@ from gateway.dialects.messages.stream import TranslatedMessageStream
 from gateway.errors import UpstreamError
 from gateway.providers.base import Endpoint, ProviderAdapter, UpstreamCall, UpstreamRequest, UpstreamResponse
 from gateway.providers.cache_hints import derive_cache_key
+from gateway.providers.openai.adapter import is_openai_api
 from gateway.settings import Provider, ProviderKind
 
 
@@ -33,7 +33,7 @@ def messages_adapter(provider: Provider, chat_adapter: ProviderAdapter) -> Provi
 def _max_tokens_field(provider: Provider, base_url: str) -> str:
     """OpenAI's own API (and Azure's) wants `max_completion_tokens` (its reasoning models refuse
     `max_tokens`); OpenAI-compatible servers are sure to know `max_tokens`."""
-    if provider.kind is ProviderKind.AZURE or urlsplit(base_url).hostname == "api.openai.com":
+    if provider.kind is ProviderKind.AZURE or is_openai_api(base_url):
         return "max_completion_tokens"
     return "max_tokens"
 

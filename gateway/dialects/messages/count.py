@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.messages.native import anthropic_headers
 from gateway.errors import InvalidRequest
+from gateway.providers.anthropic.adapter import anthropic_headers
 from gateway.providers.base import UpstreamRequest, estimated_tokens
 from gateway.providers.errors import bad_response
 from gateway.providers.usage_bounds import UntrustedUsage, reported_count
@@ -61,7 +61,7 @@ def count_request(
     """A deployment's own count_tokens call, for the body the client sent (its model replaced)."""
     return UpstreamRequest(
         url=f"{base_url.rstrip('/')}/v1/messages/count_tokens",
-        headers=anthropic_headers(provider),
+        headers={"content-type": "application/json", **anthropic_headers(provider)},
         content=msgspec.json.encode({**body, "model": upstream_model}),
     )
 

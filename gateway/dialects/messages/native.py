@@ -16,6 +16,7 @@ import msgspec
 from gateway.dialects.messages.cache import check_breakpoints
 from gateway.dialects.messages.sse import raw_frame
 from gateway.errors import InvalidRequest, UpstreamError
+from gateway.providers.anthropic.adapter import anthropic_headers
 from gateway.providers.anthropic.response import anthropic_error_detail, normalise_usage, stream_error
 from gateway.providers.anthropic.wire import ErrorObject, MessagesResponse, StreamEvent, Usage
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamRequest, UpstreamResponse
@@ -42,13 +43,6 @@ def typed_request(call: UpstreamCall) -> MessagesRequest:
         raise InvalidRequest(f"invalid Messages API request: {exc}") from None
 
 
-def anthropic_headers(provider: Provider) -> dict[str, str]:
-    headers = {"content-type": "application/json", "anthropic-version": provider.anthropic_version}
-    if provider.api_key:
-        headers["x-api-key"] = provider.api_key
-    return {**headers, **provider.headers}
-
-
 class NativeMessagesAdapter:
     """Speaks the Messages API to a provider that serves it (kind anthropic)."""
 
@@ -56,7 +50,7 @@ class NativeMessagesAdapter:
         check_breakpoints(typed_request(call))
         return UpstreamRequest(
             url=f"{base_url.rstrip('/')}/v1/messages",
-            headers=anthropic_headers(provider),
+            headers={"content-type": "application/json", **anthropic_headers(provider)},
             content=msgspec.json.encode({**call.body, "model": call.upstream_model}),
         )
 

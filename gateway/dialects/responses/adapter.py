@@ -14,7 +14,6 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -32,7 +31,7 @@ from gateway.providers.base import (
     UpstreamResponse,
 )
 from gateway.providers.cache_hints import derive_cache_key
-from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter, is_openai_api
 from gateway.settings import Provider, ProviderKind
 
 
@@ -45,7 +44,7 @@ def serves_responses_natively(provider: Provider) -> bool:
     return (
         provider.kind is ProviderKind.OPENAI
         and bool(provider.urls)
-        and all(urlsplit(url).hostname == "api.openai.com" for url in provider.urls)
+        and all(is_openai_api(url) for url in provider.urls)
     )
 
 

@@ -20,9 +20,9 @@ import msgspec
 from gateway.dialects.responses.response import usage_cost
 from gateway.errors import UpstreamError
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamRequest, UpstreamResponse
-from gateway.providers.cache_hints import apply_openai_hints, hint_mode
+from gateway.providers.cache_hints import apply_openai_hints
 from gateway.providers.errors import bad_response
-from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter, hint_mode
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
 from gateway.settings import Provider, ProviderKind
 

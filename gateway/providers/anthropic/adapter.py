@@ -36,12 +36,9 @@ class AnthropicAdapter:
                 code="unsupported_endpoint",
             )
         request = to_messages_request(_chat_of(call), call.upstream_model, stream=call.stream)
-        headers = {"content-type": "application/json", "anthropic-version": provider.anthropic_version}
-        if provider.api_key:
-            headers["x-api-key"] = provider.api_key
         return UpstreamRequest(
             url=f"{base_url.rstrip('/')}/v1/messages",
-            headers={**headers, **provider.headers},
+            headers={"content-type": "application/json", **anthropic_headers(provider)},
             content=msgspec.json.encode(request),
         )
 
@@ -53,6 +50,14 @@ class AnthropicAdapter:
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return classify_status(status, anthropic_error_detail(body), headers)
+
+
+def anthropic_headers(provider: Provider) -> dict[str, str]:
+    """What every request to an Anthropic API carries: its version, the key, the catalog's headers."""
+    headers = {"anthropic-version": provider.anthropic_version}
+    if provider.api_key:
+        headers["x-api-key"] = provider.api_key
+    return {**headers, **provider.headers}
 
 
 def reply_context(call: UpstreamCall) -> ReplyContext:

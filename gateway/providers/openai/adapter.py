@@ -8,8 +8,10 @@ alias the client asked for, and the usage carries its cost and the cached tokens
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -21,7 +23,7 @@ from gateway.providers.base import (
     UpstreamRequest,
     UpstreamResponse,
 )
-from gateway.providers.cache_hints import apply_openai_hints, hint_mode
+from gateway.providers.cache_hints import HintMode, apply_openai_hints
 from gateway.providers.errors import UpstreamErrorDetail, bad_response, classify_status
 from gateway.providers.openai.wire import (
     ErrorEnvelope,
@@ -32,9 +34,29 @@ from gateway.providers.openai.wire import (
     with_usage_members,
 )
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
-from gateway.settings import Provider
+from gateway.settings import Provider, ProviderKind
 
 DONE_FRAME = b"data: [DONE]\n\n"
+
+
+@functools.cache  # a handful of base URLs, from the catalog, asked about on every request
+def is_openai_api(url: str) -> bool:
+    """Whether `url` is OpenAI's own API, not another server speaking its protocol."""
+    return urlsplit(url).hostname == "api.openai.com"
+
+
+def openai_auth_headers(provider: Provider) -> dict[str, str]:
+    """OpenAI and the servers that copy it take the key as a bearer token."""
+    return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+
+
+def hint_mode(provider: Provider, base_url: str) -> HintMode:
+    """The provider's `cache_hints` setting, with "auto" resolved (OpenAI and Azure get "openai")."""
+    if provider.cache_hints in ("openai", "strip", "pass"):
+        return provider.cache_hints  # type: ignore[return-value]
+    if provider.kind is ProviderKind.AZURE or is_openai_api(base_url):
+        return "openai"
+    return "strip"
 
 
 def token_usage(usage: Usage) -> TokenUsage:
@@ -92,7 +114,7 @@ class OpenAIAdapter:
         return f"{base_url}/{call.endpoint.value}"
 
     def auth_headers(self, provider: Provider) -> dict[str, str]:
-        return {"authorization": f"Bearer {provider.api_key}"} if provider.api_key else {}
+        return openai_auth_headers(provider)
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:

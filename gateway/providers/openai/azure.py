@@ -18,4 +18,9 @@ class AzureAdapter(OpenAIAdapter):
         return f"{base_url}/openai/deployments/{deployment}/{call.endpoint.value}?api-version={api_version}"
 
     def auth_headers(self, provider: Provider) -> dict[str, str]:
-        return {"api-key": provider.api_key} if provider.api_key else {}
+        return azure_auth_headers(provider)
+
+
+def azure_auth_headers(provider: Provider) -> dict[str, str]:
+    """Azure OpenAI takes the key in `api-key`, not as a bearer token."""
+    return {"api-key": provider.api_key} if provider.api_key else {}

@@ -12,9 +12,9 @@ import pytest
 from gateway.providers.cache_hints import (
     apply_openai_hints,
     derive_cache_key,
-    hint_mode,
     strip_cache_control,
 )
+from gateway.providers.openai.adapter import hint_mode
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import ProviderKind
 from tests.unit.providers.calls import provider

@@ -14,7 +14,7 @@ from gateway.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
-from gateway.providers.anthropic.adapter import AnthropicAdapter
+from gateway.providers.anthropic.adapter import AnthropicAdapter, anthropic_headers
 from gateway.providers.base import Endpoint, TokenUsage
 from gateway.settings import ProviderKind
 from tests.support.openapi import validate
@@ -208,3 +208,8 @@ def test_classify_authentication_error_hides_the_key() -> None:
     assert error.status == 502
     assert not error.retryable
     assert SECRET not in error.message
+
+
+def test_anthropic_headers_without_a_key() -> None:
+    settings = provider(ProviderKind.ANTHROPIC, api_key=None, anthropic_version="2023-06-01")
+    assert anthropic_headers(settings) == {"anthropic-version": "2023-06-01"}

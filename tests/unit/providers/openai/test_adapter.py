@@ -11,7 +11,7 @@ import pytest
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from gateway.providers.base import Endpoint, TokenUsage
 from gateway.providers.errors import parse_retry_after
-from gateway.providers.openai.adapter import OpenAIAdapter
+from gateway.providers.openai.adapter import OpenAIAdapter, is_openai_api, openai_auth_headers
 from tests.support.openapi import validate
 from tests.unit.providers.calls import SECRET, call, provider, sse_payloads
 
@@ -355,3 +355,22 @@ def test_the_member_is_spliced_in_and_every_other_byte_kept() -> None:
         b'"completion_tokens": 2, "total_tokens": 11 }}'
     )
     assert ADAPTER.parse_response(call(BODY), body).body == spliced
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (OPENAI, True),
+        ("https://API.OPENAI.COM:443/v1", True),
+        ("https://api.openai.com.example.net/v1", False),
+        ("https://example.net/api.openai.com/v1", False),
+        (VLLM, False),
+    ],
+)
+def test_is_openai_api(url: str, expected: bool) -> None:
+    assert is_openai_api(url) is expected
+
+
+def test_openai_auth_header() -> None:
+    assert openai_auth_headers(provider()) == {"authorization": f"Bearer {SECRET}"}
+    assert openai_auth_headers(provider(api_key=None)) == {}

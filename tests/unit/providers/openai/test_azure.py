@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gateway.providers.base import Endpoint, TokenUsage
-from gateway.providers.openai.azure import AzureAdapter
+from gateway.providers.openai.azure import AzureAdapter, azure_auth_headers
 from gateway.settings import ProviderKind
 from tests.unit.providers.calls import SECRET, call, provider
 
@@ -50,3 +50,8 @@ def test_responses_parse_as_openai() -> None:
     response = ADAPTER.parse_response(call(BODY), body)
     assert response.usage == TokenUsage(prompt_tokens=4, completion_tokens=1)
     assert json.loads(response.body)["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+def test_azure_auth_header() -> None:
+    assert azure_auth_headers(provider(ProviderKind.AZURE)) == {"api-key": SECRET}
+    assert azure_auth_headers(provider(ProviderKind.AZURE, api_key=None)) == {}
