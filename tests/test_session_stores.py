@@ -12,9 +12,16 @@ address, the checks that need one are skipped.
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -22,7 +29,7 @@ import pytest
 import redis
 
 from tests.support.gateway import recreate_database
-from tests.support.servers import POSTGRES_ENV, REDIS_ENV, STARTED_ENV
+from tests.support.servers import POSTGRES_ENV, REDIS_ENV, STARTED_ENV, PrivatePostgres, stop_stale_clusters
 from tests.support.stores import POSTGRES_ADMIN_URL, REDIS_DBS, redis_url
 
 MACHINE_REDIS = ("127.0.0.1", 6379)
@@ -130,3 +137,37 @@ def test_a_database_the_tests_make_is_made_on_the_sessions_server_only() -> None
         assert name not in on_machine
     finally:
         asyncio.run(_drop(POSTGRES_ADMIN_URL, name))
+
+
+def test_a_killed_run_s_cluster_is_stopped_and_removed_by_the_next_session() -> None:
+    """A run killed before its clean-up leaves its daemonized cluster behind; the next session's
+    set-up stops it and deletes its folder, and leaves a live run's cluster alone."""
+    if shutil.which("pg_ctl") is None and not glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        pytest.skip("no PostgreSQL binaries")
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal\n"
+            "from tests.support.servers import PrivatePostgres\n"
+            "cluster = PrivatePostgres().init()\n"
+            "print(cluster.root, cluster.port, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    root_text, port_text = killed.stdout.split()
+    root, port = Path(root_text), int(port_text)
+    assert killed.returncode == -signal.SIGKILL
+    assert (root / "data" / "postmaster.pid").exists()
+    live = PrivatePostgres().init()  # this process's: alive, so kept
+    try:
+        stop_stale_clusters()
+        assert not root.exists()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        assert live.running
+    finally:
+        live.destroy()

@@ -8,6 +8,7 @@ else on the machine. As root, PostgreSQL runs as the `postgres` user (it refuses
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -57,7 +58,9 @@ class PrivatePostgres:
     """One PostgreSQL cluster in a temporary directory; `stop` and `start` it during a test."""
 
     port: int = field(default_factory=free_port)
-    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gateway-test-pg-")))
+    root: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix=f"{PG_DIR_PREFIX}{os.getpid()}-"))
+    )
 
     @property
     def data_dir(self) -> Path:
@@ -161,11 +164,31 @@ class PrivateRedis:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+PG_DIR_PREFIX = "gateway-test-pg-"
+
+
+def stop_stale_clusters() -> None:
+    """Stop and delete the private clusters of test runs whose process is gone: `pg_ctl` daemonizes
+    the postmaster, so a run that was killed, not stopped, leaves its cluster running."""
+    for root in Path(tempfile.gettempdir()).glob(f"{PG_DIR_PREFIX}*-*"):
+        pid = root.name.removeprefix(PG_DIR_PREFIX).split("-")[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        cluster = PrivatePostgres(port=0, root=root)
+        if cluster.running:
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                cluster._run(
+                    _postgres_bin("pg_ctl"), "-D", str(cluster.data_dir), "-m", "immediate", "-w", "stop"
+                )
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def start_session_stores() -> list[Callable[[], None]]:
     """Start a private Redis and PostgreSQL for each store the environment does not name, and name
     them in it (tests/support/stores.py reads the names; `gateway serve` children inherit them).
     Returns what stops them. Without a name and without the server's binaries the run stops here
     with what to do, rather than falling back to a server that holds somebody's data."""
+    stop_stale_clusters()
     stops: list[Callable[[], None]] = []
     started = []
     if REDIS_ENV not in os.environ:
