@@ -61,12 +61,12 @@ from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metering.pricing import Tariff
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, estimated_tokens
 from gateway.proxy.request import parse_request
-from gateway.routing.batch_pin import PinStoreUnavailable, new_pin
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import PinStore
-from gateway.routing.policy import batch_placement, eligible_deployments
+from gateway.routing.placement import place_batch
+from gateway.routing.policy import eligible_deployments
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -144,25 +144,14 @@ class ProviderBatches:
             if not any(d.provider.batch_execution == "provider" for d in eligible):
                 return None  # the lines' first send places the pin, as for any batch
             placed = next((d for d in eligible if d.id == job.deployment), None)
-            if placed is None:
-                placed = await self._pinned(principal.team_id, job.id, eligible, directives)
+            if placed is None:  # placed as its first line's send would place it
+                where = await place_batch(
+                    self._pins, principal.team_id, job.id, eligible, directives, self._health.open_circuits()
+                )
+                placed = next((d for d in eligible if d.id == where.deployment), None)
         except GatewayError:
             return None
         return placed if placed is not None and placed.provider.batch_execution == "provider" else None
-
-    async def _pinned(
-        self, team_id: str, job_id: str, eligible: tuple[Deployment, ...], directives: Directives
-    ) -> Deployment | None:
-        """Where the job's batch is pinned, placing the pin as its first line's send would."""
-        key = f"{team_id}:{job_id}"
-        try:
-            pin = await self._pins.touch(team_id, job_id)
-            if pin is None:
-                first = batch_placement(key, eligible, directives, self._health.open_circuits())
-                pin = await self._pins.place(new_pin(team_id, job_id, first, time.time()))
-        except PinStoreUnavailable:  # every process computes the same choice without the store
-            return batch_placement(key, eligible, directives, frozenset())
-        return next((d for d in eligible if d.id == pin.deployment), None)
 
     async def run(
         self,

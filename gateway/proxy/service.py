@@ -26,7 +26,6 @@ from gateway.errors import (
     PinnedProviderUnavailable,
     UpstreamError,
     UpstreamTooLarge,
-    UpstreamUnavailable,
 )
 from gateway.limits.limiter import Admission
 from gateway.logs import log_request
@@ -45,12 +44,13 @@ from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
 from gateway.proxy.response_owners import ResponseOwners
-from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, new_pin
+from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import PinStore
-from gateway.routing.policy import RoutePlan, batch_placement, eligible_deployments, plan_route
+from gateway.routing.placement import move_batch, place_batch
+from gateway.routing.policy import RoutePlan, eligible_deployments, plan_route
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import RetrySettings
 from gateway.telemetry import RequestTrace, Telemetry
@@ -163,21 +163,13 @@ class ProxyService:
         open_circuits = self._health.open_circuits()
         if directives.batch is None:
             return plan_route(eligible, directives, open_circuits, None, self._rng), None
-        key = f"{team}:{directives.batch}"
-        try:
-            pin = await self._pins.touch(team, directives.batch, joined_at=ctx.created_at)
-            if pin is None:
-                first = batch_placement(key, eligible, directives, open_circuits)
-                pin = await self._pins.place(new_pin(team, directives.batch, first, ctx.created_at))
-            self.pins_degraded = False
-        except PinStoreUnavailable:
-            if not self.pins_degraded:
-                log.warning("batch_pins_degraded", reason="pin store unreachable; using rendezvous hashing")
-            self.pins_degraded = True
-            # Health is not shared without the store either: ignore circuits so processes agree.
-            chosen = batch_placement(key, eligible, directives, frozenset())
-            return plan_route(eligible, directives, open_circuits, chosen.id, self._rng), None
-        return plan_route(eligible, directives, open_circuits, pin.deployment, self._rng), pin
+        placed = await place_batch(
+            self._pins, team, directives.batch, eligible, directives, open_circuits, ctx.created_at
+        )
+        if placed.pin is None and not self.pins_degraded:
+            log.warning("batch_pins_degraded", reason="pin store unreachable; using rendezvous hashing")
+        self.pins_degraded = placed.pin is None
+        return plan_route(eligible, directives, open_circuits, placed.deployment, self._rng), placed.pin
 
     async def _replacement(
         self, ctx: ProxyContext, pin: BatchPin, failed: Deployment
@@ -191,12 +183,8 @@ class ProxyService:
             return None
         eligible = eligible_deployments(ctx.parsed.model, ctx.directives, ctx.principal, self._table)
         others = [d for d in eligible if d.id != failed.id]
-        try:
-            choice = batch_placement(
-                f"{pin.team_id}:{pin.batch_id}", others, ctx.directives, self._health.open_circuits()
-            )
-            moved = await self._pins.move(pin, choice)
-        except (UpstreamUnavailable, PinStoreUnavailable):
+        moved = await move_batch(self._pins, pin, others, ctx.directives, self._health.open_circuits())
+        if moved is None:
             return None  # nowhere healthy to go, or no store to agree through: the pin stays
         target = next((d for d in eligible if d.id == moved.deployment and d.id != failed.id), None)
         ctx.moved = target is not None

@@ -1,4 +1,5 @@
-"""A batch pin, the value the pin stores keep (`gateway.routing.pins`), and their failure.
+"""A batch pin, the value the pin stores keep (`gateway.routing.pins`), how it is made and moved,
+and the stores' failure.
 
 A msgspec Struct: the Redis store keeps a pin's fixed part as its JSON.
 """
@@ -40,4 +41,11 @@ def new_pin(team_id: str, batch_id: str, deployment: Deployment, now: float) -> 
         region=deployment.region,
         created_at=now,
         last_used_at=now,
+    )
+
+
+def moved_pin(pin: BatchPin, to: Deployment) -> BatchPin:
+    """`pin` on `to` instead: one move more (a pin moves once, while unconfirmed)."""
+    return msgspec.structs.replace(
+        pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
     )

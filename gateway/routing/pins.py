@@ -23,7 +23,7 @@ from redis.typing import EncodableT
 
 from gateway.redis.client import RedisClient
 from gateway.redis.urls import Durability
-from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
+from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable, moved_pin
 from gateway.routing.deployment import Deployment
 
 log = structlog.get_logger("gateway.pins")
@@ -99,14 +99,7 @@ class MemoryPinStore:
         current = self._live(key)
         if current is None or current.confirmed or current.deployment != pin.deployment:
             return current or pin
-        moved = msgspec.structs.replace(
-            current,
-            deployment=to.id,
-            provider=to.provider.name,
-            region=to.region,
-            moves=current.moves + 1,
-            last_used_at=self._clock(),
-        )
+        moved = msgspec.structs.replace(moved_pin(current, to), last_used_at=self._clock())
         self._pins[key] = moved
         return moved
 
@@ -314,9 +307,7 @@ class RedisPinStore:
 
     async def move(self, pin: BatchPin, to: Deployment) -> BatchPin:
         now = time.time()
-        moved = msgspec.structs.replace(
-            pin, deployment=to.id, provider=to.provider.name, region=to.region, moves=pin.moves + 1
-        )
+        moved = moved_pin(pin, to)
         args: list[EncodableT] = [pin.deployment, msgspec.json.encode(moved), repr(now), self._ttl_ms]
         reply = await self._run(self._move, self._key(pin.team_id, pin.batch_id), args, durable=True)
         return self._decode(reply) or pin

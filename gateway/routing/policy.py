@@ -117,21 +117,6 @@ def plan_route(
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
 
 
-def batch_placement(
-    key: str, eligible: Sequence[Deployment], directives: Directives, open_circuits: frozenset[str]
-) -> Deployment:
-    """Where a new batch goes: the preferred provider if one was named, else a rendezvous choice.
-
-    Rendezvous hashing on `key` (team and batch id) weighs deployments like a weighted draw across
-    batches, yet every process computes the same answer: the degraded mode (no shared pin store)
-    then agrees with the pins placed while the store was up.
-    """
-    healthy = [d for d in eligible if d.id not in open_circuits]
-    if not healthy:
-        raise every_circuit_open(eligible, open_circuits)
-    return healthy[0] if directives.providers else rendezvous_choice(key, healthy)
-
-
 def every_circuit_open(eligible: Sequence[Deployment], open_circuits: frozenset[str]) -> UpstreamUnavailable:
     """The 503 when no eligible deployment may be tried, with `Retry-After` set to when the first
     of them turns half-open (1 s when the set does not say)."""

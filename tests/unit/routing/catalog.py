@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from gateway.auth.principal import Principal
 from gateway.routing.deployment import DeploymentTable
-from gateway.settings import Catalog
+from gateway.settings import ProviderKind
+from tests.support.catalogs import catalog, deployment, model, provider
 
-CATALOG = msgspec.convert(
-    {
-        "providers": [
-            {"name": "openai-us", "kind": "openai", "region": "us-east", "base_url": "http://us.invalid/v1"},
-            {"name": "vllm-eu", "kind": "openai", "region": "eu-west", "base_url": "http://eu.invalid/v1"},
-            {"name": "claude-us", "kind": "anthropic", "region": "us-east", "base_url": "http://a.invalid"},
-            {"name": "vllm-ap", "kind": "openai", "region": "ap-south", "base_url": "http://ap.invalid/v1"},
-        ],
-        "models": [
-            {
-                "name": "chat",
-                "deployments": [
-                    {"provider": "openai-us", "model": "gpt-x", "weight": 1.0},
-                    {"provider": "vllm-eu", "model": "llama-x", "weight": 3.0},
-                    {"provider": "claude-us", "model": "claude-x", "weight": 1.0},
-                ],
-            },
-            {"name": "embed", "deployments": [{"provider": "openai-us", "model": "embed-x"}]},
-        ],
-    },
-    Catalog,
+CATALOG = catalog(
+    provider("openai-us", region="us-east", base_url="http://us.invalid/v1"),
+    provider("vllm-eu", region="eu-west", base_url="http://eu.invalid/v1"),
+    provider("claude-us", ProviderKind.ANTHROPIC, region="us-east", base_url="http://a.invalid"),
+    provider("vllm-ap", region="ap-south", base_url="http://ap.invalid/v1"),
+    models=[
+        model(
+            "chat",
+            deployment("openai-us", "gpt-x"),
+            deployment("vllm-eu", "llama-x", weight=3.0),
+            deployment("claude-us", "claude-x"),
+        ),
+        model("embed", deployment("openai-us", "embed-x")),
+    ],
 )
 TABLE = DeploymentTable.from_catalog(CATALOG)
 CHAT = {d.provider.name: d for d in TABLE.by_model["chat"]}

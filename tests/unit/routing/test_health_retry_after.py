@@ -9,7 +9,8 @@ import pytest
 from gateway.errors import UpstreamUnavailable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
-from gateway.routing.policy import batch_placement, plan_route
+from gateway.routing.placement import batch_placement
+from gateway.routing.policy import plan_route
 from gateway.settings import CircuitSettings
 from tests.unit.routing.catalog import CHAT, TABLE
 

@@ -10,7 +10,6 @@ import pytest
 from gateway.errors import ModelNotFound, NoRoute, PermissionDenied, UpstreamUnavailable
 from gateway.routing.directives import Directives, Fallback
 from gateway.routing.policy import (
-    batch_placement,
     eligible_deployments,
     plan_route,
     rendezvous_choice,
@@ -236,37 +235,3 @@ def test_rendezvous_order_over_replica_urls() -> None:
     assert all(after[k] == before[k] for k in keys if before[k] != "http://r2")
     # A key whose replica went goes where its own order overflowed to.
     assert all(after[k] == urls[rendezvous_order(k, urls)[1]] for k in keys if before[k] == "http://r2")
-
-
-# --- batch placement ----------------------------------------------------------------------------
-
-
-def test_batch_placement_is_the_same_in_every_process() -> None:
-    for i in range(100):
-        key = f"team-1:batch-{i}"
-        chosen = batch_placement(key, ALL_CHAT, Directives(batch=f"batch-{i}"), NONE_OPEN)
-        assert chosen == rendezvous_choice(key, ALL_CHAT)
-
-
-def test_batch_placement_spreads_by_weight_across_batches() -> None:
-    chosen = Counter(
-        batch_placement(f"team-1:b{i}", ALL_CHAT, Directives(batch=f"b{i}"), NONE_OPEN).provider.name
-        for i in range(5_000)
-    )
-    assert 2_700 < chosen["vllm-eu"] < 3_300  # weight 3 of 5
-
-
-def test_batch_placement_honours_provider_preference() -> None:
-    directives = Directives(batch="b", providers=("claude-us", "openai-us"))
-    eligible = eligible_deployments("chat", directives, principal(), TABLE)
-    assert batch_placement("team-1:b", eligible, directives, NONE_OPEN).provider.name == "claude-us"
-    skipped = batch_placement("team-1:b", eligible, directives, frozenset({CHAT["claude-us"].id}))
-    assert skipped.provider.name == "openai-us"
-
-
-def test_batch_placement_avoids_open_circuits() -> None:
-    open_ = frozenset({CHAT["vllm-eu"].id, CHAT["claude-us"].id})
-    for i in range(50):
-        assert batch_placement(f"team-1:b{i}", ALL_CHAT, Directives(), open_) == CHAT["openai-us"]
-    with pytest.raises(UpstreamUnavailable):
-        batch_placement("team-1:b", ALL_CHAT, Directives(), frozenset(d.id for d in ALL_CHAT))
