@@ -10,11 +10,12 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
 from litestar import Request
 from litestar.connection import ASGIConnection
+from litestar.params import Dependency
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -320,7 +321,15 @@ def services_of(request: Request) -> Services:
     return services
 
 
-def provide_services(connection: ASGIConnection) -> Services:
-    """The `services` dependency every handler and guard declares (gateway.app registers it once)."""
-    services: Services = connection.app.state.services
+# What a handler or another dependency declares to receive the services. Litestar checks a
+# dependency's value against its declared type unless told not to, and msgspec cannot describe this
+# dataclass (its fields hold clients of union types).
+ServicesDependency = Annotated[Services, Dependency(skip_validation=True)]
+
+
+def provide_services(request: ASGIConnection) -> Services:
+    """The `services` dependency every handler and guard declares (gateway.app registers it once).
+    Its parameter is named `request`, a name Litestar fills with the connection; any other would be
+    read as a query parameter."""
+    services: Services = request.app.state.services
     return services
