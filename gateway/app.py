@@ -34,7 +34,7 @@ from gateway.api.request_ids import RequestIdMiddleware
 from gateway.auth.attempts import WEAK_ADMIN_KEY, strong_admin_key
 from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
-from gateway.logs import configure_logging
+from gateway.logs import configure_logging, flush_logs
 from gateway.proxy.exchange import new_request_id
 from gateway.services import open_services, provide_services
 from gateway.settings import Settings, unpriced_deployments
@@ -127,6 +127,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         finally:
             await services.aclose()
             log.info("gateway_stopped")
+            flush_logs()
 
     queries = DeclaredQueries()
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import structlog
 
-import gateway.logs
 from tests.support.servers import start_session_stores
 
 # loggers follow the configuration of the moment they log in, so `capture_logs` sees every one
-# whatever an earlier test configured (gateway.logs.CACHE_LOGGERS)
-gateway.logs.CACHE_LOGGERS = False
+# whatever an earlier test configured (gateway.logs.configure_logging keeps this choice)
+structlog.configure(cache_logger_on_first_use=False)
 
 # The session's own PostgreSQL and Redis, unless the environment names servers to use
 # (tests/support/stores.py). Started as this module is imported, not in `pytest_configure`: pytest
