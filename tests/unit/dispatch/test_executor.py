@@ -29,13 +29,12 @@ from gateway.settings import (
     Capacity,
     Catalog,
     CircuitSettings,
-    DeploymentSpec,
     LimitSettings,
-    ModelSpec,
     Provider,
     ProviderKind,
     RetrySettings,
 )
+from tests.support.catalogs import catalog, provider
 from tests.support.gateway import free_port
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture
 
@@ -53,18 +52,6 @@ def upstream(mock: RunningUpstream) -> Iterator[RunningUpstream]:
     mock.set_behaviour()
     yield mock
     mock.set_behaviour()
-
-
-def catalog(*providers: Provider, limits: LimitSettings | None = None) -> Catalog:
-    models = tuple(
-        ModelSpec(name=p.name, deployments=(DeploymentSpec(provider=p.name, model=f"{p.name}-upstream"),))
-        for p in providers
-    )
-    return Catalog(providers=providers, models=models, retry=RETRY, limits=limits or LimitSettings())
-
-
-def provider(name: str = "up", **fields: Any) -> Provider:
-    return Provider(name=name, kind=fields.pop("kind", ProviderKind.OPENAI), region="eu-west", **fields)
 
 
 class Harness:
@@ -91,8 +78,8 @@ async def harnesses() -> AsyncIterator[list[Harness]]:
         await harness.executor.aclose()
 
 
-def make(harnesses: list[Harness], *providers: Provider, limits: LimitSettings | None = None) -> Harness:
-    harness = Harness(catalog(*providers, limits=limits))
+def make(harnesses: list[Harness], *providers: Provider, limits: LimitSettings = LimitSettings()) -> Harness:
+    harness = Harness(catalog(*providers, retry=RETRY, limits=limits))
     harnesses.append(harness)
     return harness
 
@@ -193,7 +180,7 @@ async def test_without_a_cache_key_replicas_take_turns(
 
 
 def test_a_mock_provider_needs_its_in_process_client() -> None:
-    mock_catalog = catalog(provider("builtin", kind=ProviderKind.MOCK))
+    mock_catalog = catalog(provider("builtin", kind=ProviderKind.MOCK), retry=RETRY)
     health = HealthBoard(["builtin"], CircuitSettings())
     with pytest.raises(ValueError, match="mock provider"):
         Executor(mock_catalog, health, UpstreamPool())

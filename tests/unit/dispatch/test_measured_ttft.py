@@ -22,17 +22,8 @@ from gateway.errors import UpstreamError
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard
-from gateway.settings import (
-    Catalog,
-    CircuitSettings,
-    ConfigError,
-    DeploymentSpec,
-    ModelSpec,
-    Provider,
-    ProviderKind,
-    RetrySettings,
-    load_catalog,
-)
+from gateway.settings import CircuitSettings, ConfigError, RetrySettings, load_catalog
+from tests.support.catalogs import catalog, deployment, model, provider
 from tests.support.openapi import validate
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture
 
@@ -71,19 +62,17 @@ class Sender:
 
     def __init__(self, upstream: RunningUpstream) -> None:
         url = f"{upstream.base_url}/v1"
-        providers = tuple(
-            Provider(name=name, kind=ProviderKind.OPENAI, region="eu", base_url=url, measure_ttft=measured)
+        providers = [
+            provider(name, region="eu", base_url=url, measure_ttft=measured)
             for name, measured in (("measured", True), ("plain", False))
+        ]
+        served = catalog(
+            *providers, models=[model(p.name, deployment(p, "m")) for p in providers], retry=RETRY
         )
-        models = tuple(
-            ModelSpec(name=p.name, deployments=(DeploymentSpec(provider=p.name, model="m"),))
-            for p in providers
-        )
-        catalog = Catalog(providers=providers, models=models, retry=RETRY)
-        table = DeploymentTable.from_catalog(catalog)
+        table = DeploymentTable.from_catalog(served)
         self.deployments = {d.provider.name: d for d in table.all()}
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
-        self.executor = Executor(catalog, health, UpstreamPool(), rng=random.Random(3))
+        self.executor = Executor(served, health, UpstreamPool(), rng=random.Random(3))
 
     async def send(self, provider: str, **body: Any) -> Answer:
         attempts = Attempts()

@@ -14,29 +14,20 @@ from gateway.limits.spend import to_units
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
 from gateway.routing.deployment import DeploymentTable
-from gateway.settings import Catalog, ConfigError, load_catalog
+from gateway.settings import ConfigError, load_catalog
+from tests.support.catalogs import catalog, deployment, model, provider
 
-CATALOG = msgspec.convert(
-    {
-        "providers": [
-            {"name": "cheap", "kind": "openai", "region": "us-east", "base_url": "http://cheap.invalid/v1"},
-            {"name": "dear", "kind": "openai", "region": "eu-west", "base_url": "http://dear.invalid/v1"},
-        ],
-        "models": [
-            {
-                "name": "chat",
-                "deployments": [
-                    {"provider": "cheap", "model": "c", "price": {"input": "1", "output": "2"}},
-                    {"provider": "dear", "model": "d", "price": {"input": "3", "output": "10"}},
-                ],
-            },
-            {
-                "name": "embed",
-                "deployments": [{"provider": "cheap", "model": "e", "price": {"input": "0.1"}}],
-            },
-        ],
-    },
-    Catalog,
+CATALOG = catalog(
+    provider("cheap", region="us-east", base_url="http://cheap.invalid/v1"),
+    provider("dear", region="eu-west", base_url="http://dear.invalid/v1"),
+    models=[
+        model(
+            "chat",
+            deployment("cheap", "c", price={"input": "1", "output": "2"}),
+            deployment("dear", "d", price={"input": "3", "output": "10"}),
+        ),
+        model("embed", deployment("cheap", "e", price={"input": "0.1"})),
+    ],
 )
 RESERVATIONS = Reservations(DeploymentTable.from_catalog(CATALOG), default_max_tokens=1000)
 

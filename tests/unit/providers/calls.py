@@ -11,21 +11,16 @@ import msgspec
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.schemas.openai import ChatCompletionRequest
 from gateway.settings import Provider, ProviderKind
+from tests.support import catalogs
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 SECRET = "sk-upstream-secret-0123456789"
 
 
-def provider(kind: ProviderKind = ProviderKind.OPENAI, **overrides: Any) -> Provider:
-    fields: dict[str, Any] = {
-        "name": f"{kind.value}-test",
-        "kind": kind,
-        "region": "eu-west",
-        "base_url": "https://upstream.example/v1",
-        "api_key": SECRET,
-        **overrides,
-    }
-    return Provider(**fields)
+def provider(kind: ProviderKind = ProviderKind.OPENAI, **fields: Any) -> Provider:
+    """A provider as its adapter sees it: an upstream URL and a secret key, either replaceable."""
+    defaults = {"name": f"{kind.value}-test", "base_url": "https://upstream.example/v1", "api_key": SECRET}
+    return catalogs.provider(kind=kind, **{**defaults, **fields})
 
 
 def call(

@@ -27,9 +27,10 @@ from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
-from gateway.settings import Catalog, CircuitSettings
+from gateway.settings import CircuitSettings, RetrySettings
 from mock_upstream.behaviour import MockBehaviour
 from mock_upstream.transport import InProcessMockTransport
+from tests.support.catalogs import base_url, catalog, deployment, model, provider
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 
@@ -38,21 +39,6 @@ PROMPT_TOKENS = estimated_tokens(len(PROMPT.encode()))
 PRICE = {"input": 1, "output": 2}
 # (provider kind, responses_api): how an endpoint is served there
 OPENAI, OPENAI_NATIVE, ANTHROPIC = ("openai", "chat"), ("openai", "native"), ("anthropic", "auto")
-
-
-def catalog(kind: str, responses_api: str) -> Catalog:
-    base_url = "http://up.invalid" if kind == "anthropic" else "http://up.invalid/v1"
-    provider = {"name": "up", "kind": kind, "region": "us-east", "base_url": base_url}
-    if kind == "openai":
-        provider["responses_api"] = responses_api
-    return msgspec.convert(
-        {
-            "providers": [provider],
-            "models": [{"name": "m", "deployments": [{"provider": "up", "model": "up-m", "price": PRICE}]}],
-            "retry": {"max_attempts": 1},
-        },
-        Catalog,
-    )
 
 
 def body(endpoint: Endpoint, stream: bool = False) -> dict[str, Any]:
@@ -92,7 +78,11 @@ async def proxies() -> AsyncIterator[Callable[..., Proxy]]:
         served_as: tuple[str, str], transport: httpx.AsyncBaseTransport | None = None, **behaviour: Any
     ) -> Proxy:
         """A proxy in front of `transport`, else of the fake provider with this behaviour."""
-        served = catalog(*served_as)
+        kind, responses_api = served_as
+        up = provider("up", kind, region="us-east", base_url=base_url(kind), responses_api=responses_api)
+        served = catalog(
+            up, models=[model("m", deployment(up, "up-m", price=PRICE))], retry=RetrySettings(max_attempts=1)
+        )
         table = DeploymentTable.from_catalog(served)
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
         transport = transport or InProcessMockTransport(MockBehaviour(**behaviour))

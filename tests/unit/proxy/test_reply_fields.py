@@ -12,7 +12,6 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
 from gateway.auth.principal import Principal
@@ -29,27 +28,15 @@ from gateway.proxy.service import ProxyService
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
-from gateway.settings import Catalog, CircuitSettings
+from gateway.settings import CircuitSettings, RetrySettings
+from tests.support.catalogs import base_url, catalog, deployment, model, provider
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 PRICE = {"input": "0.02", "output": "0.06"}  # USD / 1M: a few tokens cost less than 1e-6
+RETRY = RetrySettings(max_attempts=2, backoff_base_s=0.001, backoff_max_s=0.001)
 USAGE = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
-
-
-def catalog(kind: str) -> Catalog:
-    base_url = "http://up.invalid" if kind == "anthropic" else "http://up.invalid/v1"
-    return msgspec.convert(
-        {
-            "providers": [{"name": "up", "kind": kind, "region": "eu-west", "base_url": base_url}],
-            "models": [
-                {"name": "chat", "deployments": [{"provider": "up", "model": "up-model-1", "price": PRICE}]}
-            ],
-            "retry": {"max_attempts": 2, "backoff_base_s": 0.001, "backoff_max_s": 0.001},
-        },
-        Catalog,
-    )
 
 
 def openai_answer(request: httpx.Request) -> httpx.Response:
@@ -134,7 +121,8 @@ async def gateways(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[..
     monkeypatch.setattr(service_module, "log_request", lines.append)  # the log line's seam
 
     def make(upstream: Upstream, kind: str = "openai") -> Gateway:
-        served = catalog(kind)
+        up = provider("up", kind, base_url=base_url(kind))
+        served = catalog(up, models=[model("chat", deployment(up, "up-model-1", price=PRICE))], retry=RETRY)
         table = DeploymentTable.from_catalog(served)
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
         executor = Executor(served, health, HttpxUpstream(httpx.MockTransport(upstream)))

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 import structlog
 
@@ -28,27 +27,15 @@ from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
-from gateway.settings import Catalog, CircuitSettings, LimitSettings
+from gateway.settings import CircuitSettings, LimitSettings, RetrySettings
 from mock_upstream.behaviour import MockBehaviour
 from mock_upstream.transport import InProcessMockTransport
+from tests.support.catalogs import base_url, catalog, deployment, model, provider
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 
 CAP = 2048  # bytes of an upstream answer; the fake's answers below are several times that
 PRICE = {"input": 1, "output": 2}
-
-
-def catalog(kind: str, limits: LimitSettings) -> Catalog:
-    base_url = "http://up.invalid" if kind == "anthropic" else "http://up.invalid/v1"
-    return msgspec.convert(
-        {
-            "providers": [{"name": "up", "kind": kind, "region": "us-east", "base_url": base_url}],
-            "models": [{"name": "chat", "deployments": [{"provider": "up", "model": "m", "price": PRICE}]}],
-            "retry": {"max_attempts": 1},
-            "limits": msgspec.to_builtins(limits),
-        },
-        Catalog,
-    )
 
 
 @dataclass
@@ -83,7 +70,13 @@ async def proxies() -> AsyncIterator[Callable[..., Proxy]]:
     made: list[Proxy] = []
 
     def make(transport: httpx.AsyncBaseTransport, kind: str = "openai", cap: int = CAP) -> Proxy:
-        served = catalog(kind, LimitSettings(max_upstream_response_bytes=cap))
+        up = provider("up", kind, region="us-east", base_url=base_url(kind))
+        served = catalog(
+            up,
+            models=[model("chat", deployment(up, "m", price=PRICE))],
+            retry=RetrySettings(max_attempts=1),
+            limits=LimitSettings(max_upstream_response_bytes=cap),
+        )
         table = DeploymentTable.from_catalog(served)
         health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=100))
         executor = Executor(served, health, HttpxUpstream(transport))

@@ -8,24 +8,23 @@ from collections import Counter
 from gateway.routing.directives import Priority
 from gateway.scheduling.scheduler import Scheduler
 from gateway.scheduling.ticket import Ticket
-from gateway.settings import Capacity, Catalog, DeploymentSpec, ModelSpec, Provider, ProviderKind
+from gateway.settings import Capacity, Catalog
+from tests.support.catalogs import catalog, deployment, model, provider
 
 URLS = ("http://a:8000/v1", "http://b:8000/v1", "http://c:8000/v1")
 
 
-def catalog(capacity: Capacity | None) -> Catalog:
-    provider = Provider(name="vllm", kind=ProviderKind.OPENAI, region="eu", base_urls=URLS, capacity=capacity)
-    return Catalog(
-        providers=(provider,),
-        models=(ModelSpec(name="llama", deployments=(DeploymentSpec(provider="vllm", model="llama"),)),),
-    )
+def replicated(capacity: Capacity | None) -> Catalog:
+    """One provider of three replicas serving `llama`, each replica capped at `capacity`."""
+    vllm = provider("vllm", region="eu", base_urls=URLS, capacity=capacity)
+    return catalog(vllm, models=[model("llama", deployment(vllm, "llama"))])
 
 
 TICKET = Ticket("team", 1.0, Priority.INTERACTIVE, 10, 20)
 
 
 async def test_an_unlimited_provider_spreads_requests_without_a_key() -> None:
-    config = catalog(None)
+    config = replicated(None)
     scheduler = Scheduler(config)
     grants = [await scheduler.enter(config.providers[0], None, TICKET) for _ in range(30)]
     assert Counter(g.base_url for g in grants) == dict.fromkeys(URLS, 10)
@@ -35,7 +34,7 @@ async def test_an_unlimited_provider_spreads_requests_without_a_key() -> None:
 
 
 async def test_a_key_sticks_to_one_replica_while_the_load_allows() -> None:
-    config = catalog(Capacity(max_concurrency=100))
+    config = replicated(Capacity(max_concurrency=100))
     scheduler = Scheduler(config)
     grants = [await scheduler.enter(config.providers[0], "shared-prefix", TICKET) for _ in range(3)]
     assert len({g.base_url for g in grants}) == 1
@@ -44,7 +43,7 @@ async def test_a_key_sticks_to_one_replica_while_the_load_allows() -> None:
 
 
 async def test_each_replica_has_its_own_cap() -> None:
-    config = catalog(Capacity(max_concurrency=2))
+    config = replicated(Capacity(max_concurrency=2))
     scheduler = Scheduler(config)
     provider = config.providers[0]
     grants = [await scheduler.enter(provider, None, TICKET) for _ in range(6)]

@@ -13,7 +13,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import msgspec
 import opentelemetry
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -36,25 +35,19 @@ from gateway.proxy.service import ProxyService
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
-from gateway.settings import Catalog, CircuitSettings
+from gateway.settings import CircuitSettings, RetrySettings
 from gateway.telemetry import Telemetry
 from gateway.telemetry.recorder import job_context
 from mock_upstream.behaviour import MockBehaviour
 from mock_upstream.transport import InProcessMockTransport
+from tests.support.catalogs import catalog, deployment, model, provider
 from tests.unit.proxy.usage_sink import Sink
 from tests.unit.routing.catalog import principal
 
-CATALOG = msgspec.convert(
-    {
-        "providers": [
-            {"name": "up", "kind": "openai", "region": "eu-west", "base_url": "http://up.invalid/v1"}
-        ],
-        "models": [
-            {"name": "m", "deployments": [{"provider": "up", "model": "up-m", "price": {"input": 1}}]}
-        ],
-        "retry": {"max_attempts": 1},
-    },
-    Catalog,
+CATALOG = catalog(
+    provider("up", base_url="http://up.invalid/v1"),
+    models=[model("m", deployment("up", "up-m", price={"input": 1}))],
+    retry=RetrySettings(max_attempts=1),
 )
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "a private prompt"}]}'
 TRACE, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
