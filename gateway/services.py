@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import structlog
 from litestar import Request
 from litestar.connection import ASGIConnection
-from litestar.params import Dependency
+from litestar.di import NamedDependency
+from litestar.params import SkipValidation
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -324,7 +325,7 @@ def services_of(request: Request) -> Services:
 # What a handler or another dependency declares to receive the services. Litestar checks a
 # dependency's value against its declared type unless told not to, and msgspec cannot describe this
 # dataclass (its fields hold clients of union types).
-ServicesDependency = Annotated[Services, Dependency(skip_validation=True)]
+ServicesDependency = NamedDependency[SkipValidation[Services]]
 
 
 def provide_services(request: ASGIConnection) -> Services:
