@@ -34,7 +34,7 @@ from gateway.errors import (
 from gateway.jobs import ledger
 from gateway.jobs.ledger import Attempt, LineOutcome, PendingLine
 from gateway.limits import Admission, Limiter, Reservation, Reservations
-from gateway.metering.events import UsageEvent, UsageSource
+from gateway.metering.events import UsageEvent, UsageSource, usage_event
 from gateway.providers.base import Endpoint, TokenUsage, estimated_tokens
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.proxy.request import ParsedRequest, parse_request
@@ -303,25 +303,19 @@ def run_event(
 ) -> UsageEvent:
     """The estimated record of a run that produced no answer to meter: the prompt as the gateway
     counts it, no completion, priced at the deployment's price. `owner`: (team id, key id)."""
-    tokens = TokenUsage(prompt_tokens=prompt_tokens)
     team_id, key_id = owner
-    return UsageEvent(
-        request_id=request_id,
+    return usage_event(
+        request_id,
         created_at=started_at,
         team_id=team_id,
         key_id=key_id,
-        model=deployment.model,
-        provider=deployment.provider.name,
-        region=deployment.region,
-        deployment=deployment.id,
-        upstream_model=deployment.upstream_model,
+        deployment=deployment,
         endpoint=Endpoint.CHAT.value,
         status=status,
+        usage=TokenUsage(prompt_tokens=prompt_tokens),
+        source=UsageSource.ESTIMATED,
+        tariff=deployment.tariff,
         batch_id=batch_id,
-        prompt_tokens=prompt_tokens,
-        usage_source=UsageSource.ESTIMATED,
-        cost=deployment.tariff.cost(tokens),
-        uncached_cost=deployment.tariff.uncached_cost(tokens),
         latency_ms=round(max(latency_ms, 0.0), 3),
         error_code=error_code,
     )

@@ -57,7 +57,7 @@ from gateway.limits import Admission, Limiter, Reservation
 from gateway.limits.holds import HOLD_TTL_S
 from gateway.limits.reservation import DEFAULT_MAX_TOKENS
 from gateway.limits.spend import MAX_BUDGET_UNITS, units_at_most
-from gateway.metering.events import UsageEvent, UsageSource
+from gateway.metering.events import UsageEvent, UsageSource, usage_event
 from gateway.metering.pricing import Tariff
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, estimated_tokens
 from gateway.proxy.request import parse_request
@@ -419,27 +419,18 @@ class ProviderJob:
         error_code: str | None,
         source: UsageSource = UsageSource.NONE,
     ) -> UsageEvent:
-        tokens, deployment = usage or TokenUsage(), self.deployment
-        return UsageEvent(
-            request_id=request_id,
+        return usage_event(
+            request_id,
             created_at=submitted_at,
             team_id=self.principal.team_id,
             key_id=self.principal.key_id,
-            model=deployment.model,
-            provider=deployment.provider.name,
-            region=deployment.region,
-            deployment=deployment.id,
-            upstream_model=deployment.upstream_model,
+            deployment=self.deployment,
             endpoint=Endpoint.CHAT.value,
             status=status,
+            usage=usage,
+            source=source,
+            tariff=self.tariff,
             batch_id=self.job.id,
-            prompt_tokens=tokens.prompt_tokens,
-            completion_tokens=tokens.completion_tokens,
-            cached_tokens=tokens.cached_tokens,
-            cache_write_tokens=tokens.cache_write_tokens,
-            usage_source=source,
-            cost=self.tariff.cost(tokens),
-            uncached_cost=self.tariff.uncached_cost(tokens),
             latency_ms=round((time.time() - submitted_at) * 1000, 3),
             error_code=error_code,
         )

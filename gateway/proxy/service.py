@@ -29,7 +29,7 @@ from gateway.errors import (
 )
 from gateway.limits.limiter import Admission
 from gateway.logs import log_request
-from gateway.metering.events import UsageEvent, UsageSource
+from gateway.metering.events import UsageEvent, UsageSource, usage_event
 from gateway.providers.base import (
     Endpoint,
     TokenUsage,
@@ -344,33 +344,22 @@ class ProxyService:
         """Record the request's usage event, and log its line. `cost`: what the answer already
         said `usage` costs (its usage.cost), so that the record holds the very same amount.
         `response_id`: a Response the upstream stores, owned by the team from now on."""
-        tokens = usage or TokenUsage()
         endpoint = ctx.parsed.endpoint.value
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
-        provider, region = deployment.provider.name, deployment.region
-        prompt_tokens, completion_tokens = tokens.prompt_tokens, tokens.completion_tokens
-        latency_ms = milliseconds(time.perf_counter() - ctx.started)
-        event = UsageEvent(
-            request_id=ctx.request_id,
+        event = usage_event(
+            ctx.request_id,
             created_at=ctx.created_at,
             team_id=team_id,
             key_id=ctx.principal.key_id,
-            model=deployment.model,
-            provider=provider,
-            region=region,
-            deployment=deployment.id,
-            upstream_model=deployment.upstream_model,
+            deployment=deployment,
             endpoint=endpoint,
             status=status,
+            usage=usage,
+            source=source,
+            tariff=deployment.tariff,
+            cost=cost,
             batch_id=batch_id,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cached_tokens=tokens.cached_tokens,
-            cache_write_tokens=tokens.cache_write_tokens,
-            usage_source=source if usage is not None else UsageSource.NONE,
-            cost=deployment.tariff.cost(tokens) if cost is None else cost,
-            uncached_cost=deployment.tariff.uncached_cost(tokens),
-            latency_ms=latency_ms,
+            latency_ms=milliseconds(time.perf_counter() - ctx.started),
             ttft_ms=milliseconds(ctx.attempts.ttft_s) if ctx.attempts.ttft_s is not None else None,
             error_code=error_code,
             queue_ms=milliseconds(ctx.attempts.queue_s),
@@ -400,16 +389,16 @@ class ProxyService:
                 "key": ctx.principal.key_prefix,
                 "team": team_id,
                 "model": deployment.model,
-                "provider": provider,
-                "region": region,
+                "provider": event.provider,
+                "region": event.region,
                 "batch": batch_id,
                 "endpoint": endpoint,
                 "stream": ctx.parsed.stream,
                 "status": status,
                 "attempts": ctx.attempts.count,
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "latency_ms": latency_ms,
+                "prompt_tokens": event.prompt_tokens,
+                "completion_tokens": event.completion_tokens,
+                "latency_ms": event.latency_ms,
                 "error": error_code,
                 "client_request_id": ctx.correlation.client_request_id,
                 "trace_id": trace_id,
