@@ -6,7 +6,8 @@ forwarded untouched to Anthropic-kind providers). A content block is one flat St
 tagged union, so that block types the gateway does not model (documents, server tool results...)
 still parse and reach Anthropic; the translation refuses them by name where it cannot express them.
 
-The reply side (a Message, the stream events) is what the gateway writes when it translates.
+The reply side (a Message, the stream events) is what the gateway writes when it translates; the
+last section is the lenient view of the same objects that it reads from an Anthropic upstream.
 """
 
 from __future__ import annotations
@@ -236,3 +237,67 @@ StreamEvent = (
     | MessageStop
     | Ping
 )
+
+
+# --- what the gateway reads from an Anthropic upstream -------------------------------------------
+# The same objects as the replies above, read as leniently as they must be: a count is whatever JSON
+# value came, block and event types the gateway does not translate (thinking, server tools, types
+# added later) parse rather than fail, and only the fields the gateway reads are decoded. The reply
+# Structs above are strict and tagged: they are what the gateway writes and documents (OpenAPI).
+
+# A count is judged by `gateway.providers.usage_bounds`: a wrong type makes the usage untrusted, not
+# the answer unreadable.
+Count = Any
+
+
+class UpstreamUsage(msgspec.Struct, frozen=True):
+    input_tokens: Count = None
+    output_tokens: Count = None
+    cache_read_input_tokens: Count = None
+    cache_creation_input_tokens: Count = None
+
+
+class UpstreamBlock(msgspec.Struct, frozen=True):
+    """Any content block; kinds the gateway does not translate (thinking...) are skipped."""
+
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+
+
+class UpstreamErrorObject(msgspec.Struct, frozen=True):
+    type: str | None = None
+    message: str | None = None
+
+
+class UpstreamMessage(msgspec.Struct, frozen=True):
+    type: str = "message"
+    id: str = ""
+    model: str = ""
+    content: list[UpstreamBlock] = []
+    stop_reason: str | None = None
+    usage: UpstreamUsage | None = None
+    error: UpstreamErrorObject | None = None
+
+
+class UpstreamDelta(msgspec.Struct, frozen=True):
+    """A content_block_delta's delta (text_delta, input_json_delta...) or a message_delta's."""
+
+    type: str | None = None
+    text: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class UpstreamEvent(msgspec.Struct, frozen=True):
+    """One SSE event's data; which fields are set depends on `type`."""
+
+    type: str
+    message: UpstreamMessage | None = None
+    index: int | None = None
+    content_block: UpstreamBlock | None = None
+    delta: UpstreamDelta | None = None
+    usage: UpstreamUsage | None = None
+    error: UpstreamErrorObject | None = None

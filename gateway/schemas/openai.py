@@ -1,7 +1,8 @@
 """The OpenAI wire format as msgspec Structs: the typed view of what clients send and receive.
 
 Request bodies are decoded once into a dict (so every field the client sent can be forwarded
-untouched) and then converted into these Structs to validate the fields the gateway reads.
+untouched) and then converted into these Structs to validate the fields the gateway reads. Replies
+(completions, stream chunks, usage, errors) are the Structs the translations write and read.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -107,19 +108,148 @@ class EmbeddingRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     dimensions: int | None = None
 
 
-# --- responses --------------------------------------------------------------------------------
+# --- replies: usage and errors -------------------------------------------------------------------
+
+# A count is decoded as whatever JSON value the upstream sent, and judged by
+# `gateway.providers.usage_bounds`: a count of the wrong type makes the usage untrusted, not the
+# whole answer unreadable. The gateway writes ints.
+Count = Any
 
 
-class PromptTokensDetails(msgspec.Struct, omit_defaults=False):
-    cached_tokens: int = 0
+class PromptTokensDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
+    cached_tokens: Count = None
+    cache_write_tokens: Count = None
 
 
-class Usage(msgspec.Struct, omit_defaults=True):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A reply's usage, as read from an upstream and as the gateway writes it (with `cost`)."""
+
+    prompt_tokens: Count = None
+    completion_tokens: Count = None
+    total_tokens: Count = None
     prompt_tokens_details: PromptTokensDetails | None = None
-    completion_tokens_details: dict[str, Any] | None = None
+    # The gateway's exact cost, a decimal string (SPEC section 2); read as any value, since some
+    # upstreams send a cost of their own (a number) that the gateway replaces.
+    cost: Any = None
+
+
+class ErrorObject(msgspec.Struct):
+    message: str | None = None
+    type: str | None = None
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorEnvelope(msgspec.Struct):
+    error: ErrorObject | str | None = None
+
+
+class MeteredReply(msgspec.Struct):
+    """What the pass-through path reads of a chat completion, completion, embedding or stream chunk:
+    usage, an error, the model it names; `choices` left undecoded. Deliberately partial: every
+    answer is read this way, and decoding the choices would cost as much again."""
+
+    usage: Usage | None = None
+    choices: list[msgspec.Raw] | None = None
+    error: ErrorObject | str | None = None
+    model: Any = None  # any JSON value: what the upstream named; replaced by the alias
+
+
+# --- replies: chat completions ----------------------------------------------------------------
+# One declaration serves the translations that write these (Anthropic's answers in OpenAI terms)
+# and those that read them (chat answers turned into Messages and Responses): fields only a reader
+# needs default to UNSET, which is never written; readers accept what servers leave out.
+
+
+class MessageToolCall(msgspec.Struct, kw_only=True):
+    """A tool call in an answer. The request's `ToolCall` is the same object as a client sends it
+    back; that one leaves `type` out when it is "function" because its encoding keys the prompt
+    cache (`gateway.providers.cache_hints`), where an answer always carries it."""
+
+    id: str | None = None
+    type: str = "function"
+    function: FunctionCall | None = None
+
+
+class ResponseMessage(msgspec.Struct, kw_only=True):
+    role: str = "assistant"
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[MessageToolCall] | UnsetType | None = UNSET
+
+
+class Choice(msgspec.Struct, kw_only=True):
+    index: int = 0
+    message: ResponseMessage | None = None
+    logprobs: Any = None
+    finish_reason: str | None = None
+    stop_reason: Any = UNSET  # vLLM and SGLang: the stop string that ended the text
+
+
+class ChatCompletion(msgspec.Struct, kw_only=True):
+    id: str = ""
+    object: str = "chat.completion"
+    created: int | None = None
+    model: Any = None  # any JSON value an upstream sent; the gateway writes the alias
+    choices: list[Choice] = []
+    usage: Usage | UnsetType | None = UNSET
+
+
+# --- replies: chat completion stream chunks ---------------------------------------------------
+
+
+class FunctionDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    index: int = 0
+    id: str | UnsetType | None = UNSET
+    type: str | UnsetType | None = UNSET
+    function: FunctionDelta | UnsetType | None = UNSET
+
+
+class ChunkDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(msgspec.Struct, kw_only=True):
+    index: int = 0
+    delta: ChunkDelta | None = None
+    logprobs: Any = None
+    finish_reason: str | None = None
+    stop_reason: Any = UNSET  # vLLM and SGLang: the stop string that ended the text
+
+
+class ChatCompletionChunk(msgspec.Struct, kw_only=True):
+    id: str | None = None
+    object: str = "chat.completion.chunk"
+    created: int | None = None
+    model: Any = None  # any JSON value an upstream sent; the gateway writes the alias
+    choices: list[ChunkChoice] = []
+    usage: Usage | UnsetType | None = UNSET
+
+
+class ChunkWithRawUsage(msgspec.Struct):
+    """A chunk as the stream assembly reads it (`gateway.providers.openai.chat_assembly`): the head
+    fields a completion repeats, and `usage` kept verbatim, members the gateway does not model
+    included, for the one completion the chunks make."""
+
+    id: str | None = None
+    created: int | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
+    service_tier: str | None = None
+    choices: list[ChunkChoice] = []
+    usage: msgspec.Raw = msgspec.Raw(b"null")  # kept verbatim (msgspec.Raw takes no union)
+    error: ErrorObject | str | None = None
+
+
+# --- models -----------------------------------------------------------------------------------
 
 
 class Model(msgspec.Struct):

@@ -13,16 +13,26 @@ from typing import Any
 
 import msgspec
 
-from gateway.dialects.messages.cache import check_breakpoints
 from gateway.dialects.messages.sse import raw_frame
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.providers.anthropic.adapter import anthropic_headers
-from gateway.providers.anthropic.response import anthropic_error_detail, normalise_usage, stream_error
-from gateway.providers.anthropic.wire import ErrorObject, MessagesResponse, StreamEvent, Usage
+from gateway.providers.anthropic.cache import check_breakpoints
+from gateway.providers.anthropic.response import (
+    anthropic_error_detail,
+    merged_usage,
+    normalise_usage,
+    stream_error,
+)
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamRequest, UpstreamResponse
 from gateway.providers.errors import bad_response, classify_status
 from gateway.providers.usage_bounds import UntrustedUsage
-from gateway.schemas.anthropic import MessagesRequest
+from gateway.schemas.anthropic import (
+    MessagesRequest,
+    UpstreamErrorObject,
+    UpstreamEvent,
+    UpstreamMessage,
+    UpstreamUsage,
+)
 from gateway.settings import Provider
 
 _DECODER = msgspec.json.Decoder(dict[str, Any])
@@ -57,11 +67,11 @@ class NativeMessagesAdapter:
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:
             document = _DECODER.decode(body)
-            response = msgspec.convert(document, MessagesResponse)
+            response = msgspec.convert(document, UpstreamMessage)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("not an Anthropic message") from None
         if response.type == "error" or response.error is not None:
-            raise stream_error(response.error or ErrorObject())
+            raise stream_error(response.error or UpstreamErrorObject())
         usage, untrusted = _believed(response.usage)
         document["model"] = call.body["model"]
         if usage is not None and call.tariff is not None and isinstance(document.get("usage"), dict):
@@ -75,7 +85,7 @@ class NativeMessagesAdapter:
         return classify_status(status, anthropic_error_detail(body), headers)
 
 
-def _believed(usage: Usage | None) -> tuple[TokenUsage | None, str | None]:
+def _believed(usage: UpstreamUsage | None) -> tuple[TokenUsage | None, str | None]:
     """(the counts, None), or (None, why) when one cannot be true; (None, None) without any."""
     if usage is None:
         return None, None
@@ -94,7 +104,7 @@ class NativeMessageStream:
         self.untrusted_usage: str | None = None
         self._model = call.body["model"]
         self._tariff = call.tariff
-        self._start_usage = Usage()
+        self._start_usage = UpstreamUsage()
         self._stop_reason: str | None = None
         self._done = False
 
@@ -110,7 +120,7 @@ class NativeMessageStream:
         if kind == "message_delta":
             return [raw_frame(b"message_delta", self._message_delta(*_event(data)))]
         if kind == "error":
-            raise stream_error(_event(data)[1].error or ErrorObject())
+            raise stream_error(_event(data)[1].error or UpstreamErrorObject())
         if kind == "message_stop":
             self._done = True
         return [raw_frame(kind.encode(), data, last=self._done)]
@@ -123,7 +133,7 @@ class NativeMessageStream:
         self._done = True  # message_delta arrived: the message itself is complete
         return [raw_frame(b"message_stop", b'{"type":"message_stop"}', last=True)]
 
-    def _message_start(self, document: dict[str, Any], event: StreamEvent) -> bytes:
+    def _message_start(self, document: dict[str, Any], event: UpstreamEvent) -> bytes:
         if event.message is not None and isinstance(document.get("message"), dict):
             if event.message.usage is not None:  # none at all is no count of 0: it is estimated
                 self._start_usage = event.message.usage
@@ -131,11 +141,11 @@ class NativeMessageStream:
             document["message"]["model"] = self._model
         return msgspec.json.encode(document)
 
-    def _message_delta(self, document: dict[str, Any], event: StreamEvent) -> bytes:
+    def _message_delta(self, document: dict[str, Any], event: UpstreamEvent) -> bytes:
         if event.delta is not None and event.delta.stop_reason is not None:
             self._stop_reason = event.delta.stop_reason
         if event.usage is not None:
-            self._note(_merged(self._start_usage, event.usage))
+            self._note(merged_usage(self._start_usage, event.usage))
             if (
                 self.usage is not None
                 and self._tariff is not None
@@ -144,24 +154,14 @@ class NativeMessageStream:
                 document["usage"]["cost"] = format(self._tariff.cost(self.usage), "f")
         return msgspec.json.encode(document)
 
-    def _note(self, usage: Usage) -> None:
+    def _note(self, usage: UpstreamUsage) -> None:
         self.usage, self.untrusted_usage = _believed(usage)
 
 
-def _event(data: bytes) -> tuple[dict[str, Any], StreamEvent]:
+def _event(data: bytes) -> tuple[dict[str, Any], UpstreamEvent]:
     """The event as a document to re-encode, and its typed view."""
     try:
         document = _DECODER.decode(data)
-        return document, msgspec.convert(document, StreamEvent)
+        return document, msgspec.convert(document, UpstreamEvent)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream event is not an Anthropic event") from None
-
-
-def _merged(start: Usage, delta: Usage) -> Usage:
-    """message_delta's counts are cumulative; a count it leaves out keeps message_start's."""
-    return Usage(
-        **{
-            field: getattr(delta, field) if getattr(delta, field) is not None else getattr(start, field)
-            for field in Usage.__struct_fields__
-        }
-    )

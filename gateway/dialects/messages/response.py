@@ -13,6 +13,7 @@ import msgspec
 from gateway.providers.base import Pricing, TokenUsage
 from gateway.providers.errors import bad_response
 from gateway.schemas.anthropic import MessageOut, MessageUsage, OutputBlock, StopReason, TextOut, ToolUseOut
+from gateway.schemas.openai import ChatCompletion
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -21,33 +22,6 @@ _STOP_REASONS: dict[str, StopReason] = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
-
-
-class _Function(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCall(msgspec.Struct):
-    id: str | None = None
-    function: _Function | None = None
-
-
-class _Message(msgspec.Struct):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _Message | None = None
-    finish_reason: str | None = None
-    stop_reason: Any = None  # vLLM and SGLang: the stop string that ended the text, if one did
-
-
-class _Completion(msgspec.Struct):
-    id: str = ""
-    choices: list[_Choice] = []
 
 
 def message_id(chat_id: str) -> str:
@@ -92,7 +66,7 @@ def tool_input(arguments: str | None) -> dict[str, Any]:
 def to_message(body: bytes, model: str, usage: MessageUsage, stop_sequences: list[str] | None) -> MessageOut:
     """The Message for a chat completion body (only its first choice: Messages has no `n`)."""
     try:
-        completion = msgspec.json.decode(body, type=_Completion)
+        completion = msgspec.json.decode(body, type=ChatCompletion)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("not a chat completion") from None
     if not completion.choices or completion.choices[0].message is None:
@@ -105,10 +79,8 @@ def to_message(body: bytes, model: str, usage: MessageUsage, stop_sequences: lis
     if text:
         content.append(TextOut(text=text))
     for call in message.tool_calls or ():
-        function = call.function or _Function()
-        content.append(
-            ToolUseOut(id=call.id or "", name=function.name or "", input=tool_input(function.arguments))
-        )
+        name, arguments = (call.function.name, call.function.arguments) if call.function else ("", None)
+        content.append(ToolUseOut(id=call.id or "", name=name, input=tool_input(arguments)))
     reason, sequence = stop_reason(
         "content_filter" if message.refusal and not message.content else choice.finish_reason,
         choice.stop_reason,

@@ -17,7 +17,6 @@ from gateway.dialects.messages.sse import event_frame, final_frame
 from gateway.errors import UpstreamError
 from gateway.providers.base import Pricing, StreamTranslator, TokenUsage
 from gateway.providers.errors import bad_response
-from gateway.providers.openai.chunks import ChatChunk, Delta, FunctionDelta, ToolCallDelta
 from gateway.schemas.anthropic import (
     ContentBlockDelta,
     ContentBlockStart,
@@ -34,6 +33,7 @@ from gateway.schemas.anthropic import (
     TextOut,
     ToolUseOut,
 )
+from gateway.schemas.openai import ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta
 
 _DONE = b"[DONE]"
 
@@ -90,12 +90,12 @@ class TranslatedMessageStream:
                 frames += self._chunk(_decode(data))
         return frames
 
-    def _chunk(self, chunk: ChatChunk) -> list[bytes]:
+    def _chunk(self, chunk: ChatCompletionChunk) -> list[bytes]:
         frames = self._start(chunk.id or "")
         for choice in chunk.choices:
             if choice.index != 0:
                 continue  # Messages has no `n`: only the first choice is told
-            delta = choice.delta or Delta()
+            delta = choice.delta or ChunkDelta()
             text = delta.content or delta.refusal
             if delta.refusal:
                 self._refused = True
@@ -160,8 +160,8 @@ class TranslatedMessageStream:
         return [*frames, event_frame(delta), final_frame(MessageStop())]
 
 
-def _decode(data: bytes) -> ChatChunk:
+def _decode(data: bytes) -> ChatCompletionChunk:
     try:
-        return msgspec.json.decode(data, type=ChatChunk)
+        return msgspec.json.decode(data, type=ChatCompletionChunk)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a chat completion chunk") from None

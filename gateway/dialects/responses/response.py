@@ -13,6 +13,7 @@ from msgspec import UNSET, UnsetType
 from gateway.dialects.responses.request import responses_request
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.errors import bad_response
+from gateway.schemas.openai import ChatCompletion, ResponseMessage
 from gateway.schemas.responses import (
     FunctionCallItem,
     FunctionToolEcho,
@@ -130,42 +131,13 @@ def new_response(
     )
 
 
-# --- chat completions, as far as a Response needs them ------------------------------------------
-
-
-class _Function(msgspec.Struct):
-    name: str = ""
-    arguments: str = ""
-
-
-class _ToolCall(msgspec.Struct):
-    id: str = ""
-    function: _Function = msgspec.field(default_factory=_Function)
-
-
-class _Message(msgspec.Struct):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _Message = msgspec.field(default_factory=_Message)
-    finish_reason: str | None = None
-
-
-class _ChatCompletion(msgspec.Struct):
-    created: int | None = None
-    choices: list[_Choice] = []
-
-
 def response_from_chat(
     call: UpstreamCall, answer: UpstreamResponse, *, clock_s: float, new_id: IdSource
 ) -> Response:
     """The Response for the Responses call `call`, from the chat adapter's answer to its chat
     translation."""
     try:
-        completion = msgspec.json.decode(answer.body, type=_ChatCompletion)
+        completion = msgspec.json.decode(answer.body, type=ChatCompletion)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("not a chat completion") from None
     if not completion.choices:
@@ -173,7 +145,7 @@ def response_from_chat(
     response_id = new_id("resp_")
     choice = completion.choices[0]
     status, incomplete = outcome(choice.finish_reason)
-    message = choice.message
+    message = choice.message or ResponseMessage()
     output: list[OutputItem] = []
     content: list[OutputContent] = []
     if message.content is not None or message.refusal is None:
@@ -187,9 +159,9 @@ def response_from_chat(
             FunctionCallItem(
                 id=new_id("fc_"),
                 status="completed",
-                call_id=tool_call.id,
-                name=tool_call.function.name,
-                arguments=tool_call.function.arguments,
+                call_id=tool_call.id or "",
+                name=tool_call.function.name if tool_call.function else "",
+                arguments=tool_call.function.arguments if tool_call.function else "",
             )
         )
     return new_response(

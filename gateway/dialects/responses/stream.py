@@ -23,7 +23,7 @@ from gateway.dialects.responses.response import IdSource, new_response, outcome,
 from gateway.errors import UpstreamError
 from gateway.providers.base import StreamTranslator, TokenUsage, UpstreamCall
 from gateway.providers.errors import bad_response
-from gateway.providers.openai.chunks import ChatChunk, Delta, FunctionDelta, ToolCallDelta
+from gateway.schemas.openai import ChatCompletionChunk, ChunkDelta, FunctionDelta, ToolCallDelta
 from gateway.schemas.responses import (
     ContentPartAdded,
     ContentPartDone,
@@ -165,7 +165,7 @@ class ChatToResponsesStream:
         if payload == _DONE:
             return self._complete()
         try:
-            chunk = msgspec.json.decode(payload, type=ChatChunk)
+            chunk = msgspec.json.decode(payload, type=ChatCompletionChunk)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("a stream chunk is not a chat completion chunk") from None
         events = self._start(chunk.created)
@@ -177,7 +177,7 @@ class ChatToResponsesStream:
             self._finish_reason = choice.finish_reason or self._finish_reason
         return events
 
-    def _delta(self, delta: Delta) -> list[StreamEvent]:
+    def _delta(self, delta: ChunkDelta) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         if delta.content:
             events += self._text(delta.content, refusal=False)

@@ -1,8 +1,11 @@
-"""Prompt-cache breakpoints for Anthropic: read `cache_control` hints and enforce Anthropic's rules.
+"""Anthropic's prompt-cache rules: read `cache_control` hints and enforce Anthropic's limits.
 
-Anthropic allows at most 4 breakpoints, counted in prompt order (tools, then system, then
-messages), and a `1h` breakpoint may not come after a `5m` one. Breaking these is the client's
-mistake, so the gateway answers 400 before sending rather than passing on a provider error.
+Anthropic allows at most 4 breakpoints, counted in prompt order (tools, system, messages, then the
+request's own `cache_control`, which puts one on the last block), and a `1h` breakpoint may not
+come after a `5m` one. Breaking these is the client's mistake, so the gateway answers 400 before
+sending rather than passing on a provider error; each `cache_control` is validated where it sits,
+so the 400 names its parameter. The same check serves a client's own Messages request and one
+translated from a chat completion.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.providers.anthropic.wire import CacheControl, MessagesRequest, ToolResultBlock
+from gateway.schemas.anthropic import CacheControl, ContentBlock, MessagesRequest
 
 MAX_BREAKPOINTS = 4
 _TTLS = ("5m", "1h")
@@ -25,19 +28,14 @@ def read_cache_control(raw: dict[str, Any] | None, where: str) -> CacheControl |
     """The Anthropic form of a client's `cache_control` at `where`; None when there is none."""
     if raw is None:
         return None
-    param = f"{where}.cache_control"
-    kind = raw.get("type")
-    if kind != "ephemeral":
-        raise invalid_cache_control(f"{param}: type must be 'ephemeral', not {kind!r}", param)
+    _checked_ttl(raw, f"{where}.cache_control")
     ttl = raw.get("ttl")
-    if ttl is not None and ttl not in _TTLS:
-        raise invalid_cache_control(f"{param}: ttl must be '5m' or '1h', not {ttl!r}", param)
-    return CacheControl(type="ephemeral", ttl=ttl)
+    return {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
 
 
 def check_breakpoints(request: MessagesRequest) -> None:
     """Raise InvalidRequest (code invalid_cache_control) when Anthropic would refuse the layout."""
-    check_breakpoint_order([control.ttl or "5m" for control in _breakpoints(request)])
+    check_breakpoint_order(list(_breakpoints(request)))
 
 
 def check_breakpoint_order(ttls: list[str]) -> None:
@@ -55,16 +53,38 @@ def check_breakpoint_order(ttls: list[str]) -> None:
         )
 
 
-def _breakpoints(request: MessagesRequest) -> Iterator[CacheControl]:
-    for tool in request.tools or ():
-        if tool.cache_control:
-            yield tool.cache_control
-    for block in request.system or ():
-        if block.cache_control:
-            yield block.cache_control
-    for message in request.messages:
-        for content_block in message.content:
-            if isinstance(content_block, ToolResultBlock) and isinstance(content_block.content, list):
-                yield from (inner.cache_control for inner in content_block.content if inner.cache_control)
-            if content_block.cache_control:
-                yield content_block.cache_control
+def _breakpoints(request: MessagesRequest) -> Iterator[str]:
+    """The ttl of every breakpoint, in prompt order; each one validated where it sits."""
+    for i, tool in enumerate(request.tools or ()):
+        yield from _checked(tool.cache_control, f"tools[{i}]")
+    if isinstance(request.system, list):
+        for i, block in enumerate(request.system):
+            yield from _block_breakpoints(block, f"system[{i}]")
+    for i, message in enumerate(request.messages):
+        if isinstance(message.content, list):
+            for j, block in enumerate(message.content):
+                yield from _block_breakpoints(block, f"messages[{i}].content[{j}]")
+    yield from _checked(request.cache_control, None)  # automatic caching: on the last block
+
+
+def _block_breakpoints(block: ContentBlock, where: str) -> Iterator[str]:
+    if isinstance(block.content, list):  # a tool_result's own blocks come before the block itself
+        for k, inner in enumerate(block.content):
+            yield from _checked(inner.cache_control, f"{where}.content[{k}]")
+    yield from _checked(block.cache_control, where)
+
+
+def _checked(raw: CacheControl | None, where: str | None) -> Iterator[str]:
+    if raw is not None:
+        yield _checked_ttl(raw, f"{where}.cache_control" if where else "cache_control")
+
+
+def _checked_ttl(raw: CacheControl, param: str) -> str:
+    """The breakpoint's ttl ("5m" when it names none); InvalidRequest naming `param` if Anthropic
+    would refuse it."""
+    kind, ttl = raw.get("type"), raw.get("ttl")
+    if kind != "ephemeral":
+        raise invalid_cache_control(f"{param}: type must be 'ephemeral', not {kind!r}", param)
+    if ttl is not None and ttl not in _TTLS:
+        raise invalid_cache_control(f"{param}: ttl must be '5m' or '1h', not {ttl!r}", param)
+    return str(ttl or "5m")

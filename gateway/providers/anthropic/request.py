@@ -2,36 +2,32 @@
 
 System and developer messages become `system` blocks, tool messages become `tool_result` blocks
 in a user turn, and consecutive turns of one role are merged (Anthropic needs them alternating).
-Cache hints land on the matching block (see `anthropic_cache`); `response_format` becomes a forced
-tool call (see `anthropic_structured`).
+Cache hints land on the matching block (see `cache`); `response_format` becomes a forced tool call
+(see `structured`). The request is written with the Messages API's own Structs (gateway.schemas.anthropic).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from gateway.errors import InvalidRequest
 from gateway.providers.anthropic.cache import check_breakpoints, read_cache_control
 from gateway.providers.anthropic.structured import answer_choice, answer_tool
-from gateway.providers.anthropic.wire import (
-    Base64Source,
-    Block,
-    ImageBlock,
-    Message,
+from gateway.schemas.anthropic import (
+    BlockSource,
+    ContentBlock,
+    InputMessage,
     MessagesRequest,
     RequestMetadata,
-    TextBlock,
     ToolChoice,
     ToolDefinition,
-    ToolResultBlock,
-    ToolUseBlock,
-    UrlSource,
 )
 from gateway.schemas.openai import ChatCompletionRequest, ChatMessage, ContentPart, ToolCall
 
+Role = Literal["user", "assistant"]
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients often leave it out
 _DATA_URL = re.compile(r"^data:(?P<media_type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$", re.DOTALL)
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -46,31 +42,31 @@ def to_messages_request(chat: ChatCompletionRequest, upstream_model: str, *, str
     _check_supported(chat)
     answer = answer_tool(chat)
     tools, tool_choice = _tools(chat), _tool_choice(chat)
-    system: list[TextBlock] = []
-    turns: list[Message] = []
+    system: list[ContentBlock] = []
+    turns: list[tuple[Role, list[ContentBlock]]] = []
     for i, message in enumerate(chat.messages):
         where = f"messages[{i}]"
         if message.role in ("system", "developer"):
             system.extend(_system_blocks(message, where))
             continue
-        turn = _turn(message, where)
-        if not turn.content:
+        role, blocks = _turn(message, where)
+        if not blocks:
             continue
-        if turns and turns[-1].role == turn.role:
-            turns[-1] = Message(turn.role, turns[-1].content + turn.content)
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
         else:
-            turns.append(turn)
+            turns.append((role, blocks))
     request = MessagesRequest(
         model=upstream_model,
         max_tokens=_max_tokens(chat),
-        messages=turns,
+        messages=[InputMessage(role, blocks) for role, blocks in turns],
         system=system or None,
         tools=[*(tools or ()), answer] if answer else tools,
         tool_choice=answer_choice(chat, answer) if answer else tool_choice,
         temperature=chat.temperature,
         top_p=chat.top_p,
         stop_sequences=[chat.stop] if isinstance(chat.stop, str) else chat.stop or None,
-        metadata=RequestMetadata(chat.user) if chat.user else None,
+        metadata=RequestMetadata(user_id=chat.user) if chat.user else None,
         stream=True if stream else None,
     )
     check_breakpoints(request)
@@ -89,30 +85,34 @@ def _max_tokens(chat: ChatCompletionRequest) -> int:
     return chat.max_tokens if chat.max_tokens is not None else DEFAULT_MAX_TOKENS
 
 
-def _system_blocks(message: ChatMessage, where: str) -> list[TextBlock]:
+def _system_blocks(message: ChatMessage, where: str) -> list[ContentBlock]:
     blocks = _content_blocks(message.content, where)
-    if any(not isinstance(block, TextBlock) for block in blocks):
+    if any(block.type != "text" for block in blocks):
         raise unsupported(f"{where}: system messages may only hold text", f"{where}.content")
-    return [block for block in _cache_last(blocks, message, where) if isinstance(block, TextBlock)]
+    return _cache_last(blocks, message, where)
 
 
-def _turn(message: ChatMessage, where: str) -> Message:
+def _turn(message: ChatMessage, where: str) -> tuple[Role, list[ContentBlock]]:
     if message.role == "user":
-        return Message("user", _cache_last(_content_blocks(message.content, where), message, where))
+        return "user", _cache_last(_content_blocks(message.content, where), message, where)
     if message.role == "assistant":
         blocks = _content_blocks(message.content, where)
         for j, call in enumerate(message.tool_calls or ()):
             blocks.append(_tool_use(call, f"{where}.tool_calls[{j}]"))
-        return Message("assistant", _cache_last(blocks, message, where))
+        return "assistant", _cache_last(blocks, message, where)
     if message.role == "tool":
         if not message.tool_call_id:
             raise InvalidRequest(f"{where}: a tool message needs tool_call_id", param=f"{where}.tool_call_id")
-        result = ToolResultBlock(message.tool_call_id, _tool_result_content(message.content, where))
-        return Message("user", _cache_last([result], message, where))
+        result = ContentBlock(
+            type="tool_result",
+            tool_use_id=message.tool_call_id,
+            content=_tool_result_content(message.content, where),
+        )
+        return "user", _cache_last([result], message, where)
     raise unsupported(f"{where}: role {message.role!r} is not supported by Anthropic models", f"{where}.role")
 
 
-def _cache_last(blocks: list[Block], message: ChatMessage, where: str) -> list[Block]:
+def _cache_last(blocks: list[ContentBlock], message: ChatMessage, where: str) -> list[ContentBlock]:
     """A message-level cache_control belongs on the message's last block."""
     control = read_cache_control(message.cache_control, where)
     if control is None or not blocks:
@@ -120,12 +120,12 @@ def _cache_last(blocks: list[Block], message: ChatMessage, where: str) -> list[B
     return [*blocks[:-1], msgspec.structs.replace(blocks[-1], cache_control=control)]
 
 
-def _content_blocks(content: str | list[ContentPart] | None, where: str) -> list[Block]:
+def _content_blocks(content: str | list[ContentPart] | None, where: str) -> list[ContentBlock]:
     if content is None or content == "":
         return []
     if isinstance(content, str):
-        return [TextBlock(content)]
-    blocks: list[Block] = []
+        return [ContentBlock(type="text", text=content)]
+    blocks: list[ContentBlock] = []
     for j, part in enumerate(content):
         block = _part_block(part, f"{where}.content[{j}]")
         if block is not None:
@@ -133,40 +133,38 @@ def _content_blocks(content: str | list[ContentPart] | None, where: str) -> list
     return blocks
 
 
-def _part_block(part: ContentPart, where: str) -> TextBlock | ImageBlock | None:
+def _part_block(part: ContentPart, where: str) -> ContentBlock | None:
     control = read_cache_control(part.cache_control, where)
     if part.type == "text":
         if not part.text and control is None:
             return None  # Anthropic refuses empty text blocks
-        return TextBlock(part.text or "", control)
+        return ContentBlock(type="text", text=part.text or "", cache_control=control)
     if part.type == "image_url":
-        return ImageBlock(_image_source(part.image_url, where), control)
+        return ContentBlock(type="image", source=_image_source(part.image_url, where), cache_control=control)
     raise unsupported(f"{where}: content of type {part.type!r} is not supported by Anthropic models", where)
 
 
-def _image_source(image_url: Any, where: str) -> Base64Source | UrlSource:
+def _image_source(image_url: Any, where: str) -> BlockSource:
     url = image_url.get("url") if isinstance(image_url, dict) else image_url
     if not isinstance(url, str):
         raise InvalidRequest(f"{where}.image_url: needs a url", param=f"{where}.image_url")
     match = _DATA_URL.match(url)
     if match:
-        return Base64Source(match.group("media_type"), match.group("data"))
+        return BlockSource(type="base64", media_type=match.group("media_type"), data=match.group("data"))
     if url.startswith(("http://", "https://")):
-        return UrlSource(url)
+        return BlockSource(type="url", url=url)
     raise InvalidRequest(
         f"{where}.image_url: must be an http(s) URL or a base64 data: URL", param=f"{where}.image_url"
     )
 
 
-def _tool_result_content(
-    content: str | list[ContentPart] | None, where: str
-) -> str | list[TextBlock | ImageBlock]:
+def _tool_result_content(content: str | list[ContentPart] | None, where: str) -> str | list[ContentBlock]:
     if content is None or isinstance(content, str):
         return content or ""
-    return [block for block in _content_blocks(content, where) if isinstance(block, TextBlock | ImageBlock)]
+    return _content_blocks(content, where)  # text and image blocks: all a content part can become
 
 
-def _tool_use(call: ToolCall, where: str) -> ToolUseBlock:
+def _tool_use(call: ToolCall, where: str) -> ContentBlock:
     try:
         arguments = msgspec.json.decode(call.function.arguments or "{}")
     except msgspec.DecodeError:
@@ -174,7 +172,7 @@ def _tool_use(call: ToolCall, where: str) -> ToolUseBlock:
     if not isinstance(arguments, dict):
         param = f"{where}.function.arguments"
         raise InvalidRequest(f"{param}: must be a JSON object", param=param)
-    return ToolUseBlock(call.id, call.function.name, arguments)
+    return ContentBlock(type="tool_use", id=call.id, name=call.function.name, input=arguments)
 
 
 def _tools(chat: ChatCompletionRequest) -> list[ToolDefinition] | None:

@@ -9,23 +9,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Literal
 
 import msgspec
 
 from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamUnavailable
-from gateway.providers.anthropic.wire import ErrorObject, MessagesResponse, ResponseBlock, Usage
 from gateway.providers.base import Pricing, TokenUsage, UpstreamResponse
 from gateway.providers.errors import UpstreamErrorDetail, bad_response
-from gateway.providers.openai.chat_output import (
+from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
+from gateway.schemas.anthropic import UpstreamBlock, UpstreamErrorObject, UpstreamMessage, UpstreamUsage
+from gateway.schemas.openai import (
     ChatCompletion,
     Choice,
-    CompletionUsage,
-    FinishReason,
     FunctionCall,
+    MessageToolCall,
+    PromptTokensDetails,
     ResponseMessage,
-    ToolCall,
+    Usage,
 )
-from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
+
+# The finish reasons OpenAI documents, the ones a translated answer gives.
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 
 _FINISH_REASONS: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -52,16 +56,21 @@ class ReplyContext:
         return None if usage is None or self.tariff is None else self.tariff.cost(usage)
 
 
-def usage_object(usage: TokenUsage, cost: Decimal | None) -> CompletionUsage:
+def usage_object(usage: TokenUsage, cost: Decimal | None) -> Usage:
     """The OpenAI usage object, with the exact cost (`usage.cost`) when there is one."""
-    reported = CompletionUsage.of(usage)
-    if cost is not None:
-        reported.cost = format(cost, "f")
-    return reported
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(
+            cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens
+        ),
+        cost=None if cost is None else format(cost, "f"),
+    )
 
 
 class _ErrorEnvelope(msgspec.Struct):
-    error: ErrorObject | None = None
+    error: UpstreamErrorObject | None = None
 
 
 def finish_reason(stop_reason: str | None, tool_calls: bool = True) -> FinishReason:
@@ -71,7 +80,17 @@ def finish_reason(stop_reason: str | None, tool_calls: bool = True) -> FinishRea
     return "stop" if reason == "tool_calls" and not tool_calls else reason
 
 
-def normalise_usage(usage: Usage) -> TokenUsage:
+def merged_usage(start: UpstreamUsage, delta: UpstreamUsage) -> UpstreamUsage:
+    """message_delta's counts are cumulative; a count it leaves out keeps message_start's."""
+    return UpstreamUsage(
+        **{
+            field: getattr(delta, field) if getattr(delta, field) is not None else getattr(start, field)
+            for field in UpstreamUsage.__struct_fields__
+        }
+    )
+
+
+def normalise_usage(usage: UpstreamUsage) -> TokenUsage:
     """Anthropic's counts in OpenAI terms; UntrustedUsage when one cannot be true (the prompt, their
     sum, is held to the same bound as each count)."""
     cache_read = reported_count(usage.cache_read_input_tokens, "cache_read_input_tokens")
@@ -89,11 +108,11 @@ def normalise_usage(usage: Usage) -> TokenUsage:
 def parse_messages_response(body: bytes, created: int, reply: ReplyContext) -> UpstreamResponse:
     """The OpenAI chat completion (and metered usage) for an Anthropic Messages API body."""
     try:
-        response = msgspec.json.decode(body, type=MessagesResponse)
+        response = msgspec.json.decode(body, type=UpstreamMessage)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("not an Anthropic message") from None
     if response.type == "error" or response.error is not None:
-        raise stream_error(response.error or ErrorObject())
+        raise stream_error(response.error or UpstreamErrorObject())
     usage, untrusted = None, None
     try:
         usage = normalise_usage(response.usage) if response.usage else None
@@ -108,10 +127,10 @@ def parse_messages_response(body: bytes, created: int, reply: ReplyContext) -> U
     )
 
 
-def to_chat_completion(response: MessagesResponse, created: int, reply: ReplyContext) -> ChatCompletion:
+def to_chat_completion(response: UpstreamMessage, created: int, reply: ReplyContext) -> ChatCompletion:
     answer = next((b for b in response.content if b.type == "tool_use" and b.name == reply.answer_tool), None)
     tool_calls = [
-        ToolCall(
+        MessageToolCall(
             id=block.id or "",
             function=FunctionCall(name=block.name or "", arguments=msgspec.json.encode(block.input).decode()),
         )
@@ -130,7 +149,7 @@ def to_chat_completion(response: MessagesResponse, created: int, reply: ReplyCon
     )
 
 
-def _content(response: MessagesResponse, reply: ReplyContext, answer: ResponseBlock | None) -> str | None:
+def _content(response: UpstreamMessage, reply: ReplyContext, answer: UpstreamBlock | None) -> str | None:
     """The message text; with an answer tool, its input as JSON (text written beside it is left out,
     so that the content parses)."""
     if reply.answer_tool is not None:
@@ -151,7 +170,7 @@ def anthropic_error_detail(body: bytes) -> UpstreamErrorDetail:
     return UpstreamErrorDetail(message=error.message, type=error.type, code=error.type)
 
 
-def stream_error(error: ErrorObject) -> UpstreamError:
+def stream_error(error: UpstreamErrorObject) -> UpstreamError:
     """The gateway error for an Anthropic `error` object sent with a 200 (mid-stream or in a body)."""
     message = f"the upstream reported an error: {error.message or error.type or 'no message'}"
     if error.type == "overloaded_error":

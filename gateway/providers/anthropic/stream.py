@@ -16,26 +16,27 @@ from msgspec import UNSET, UnsetType
 
 from gateway.errors import UpstreamError
 from gateway.providers.anthropic.response import (
+    FinishReason,
     ReplyContext,
     finish_reason,
+    merged_usage,
     normalise_usage,
     stream_error,
     usage_object,
 )
-from gateway.providers.anthropic.wire import ErrorObject, StreamEvent, Usage
 from gateway.providers.base import TokenUsage
 from gateway.providers.errors import bad_response
 from gateway.providers.openai.adapter import DONE_FRAME, sse_frame
-from gateway.providers.openai.chat_output import (
+from gateway.providers.usage_bounds import UntrustedUsage
+from gateway.schemas.anthropic import UpstreamErrorObject, UpstreamEvent, UpstreamUsage
+from gateway.schemas.openai import (
     ChatCompletionChunk,
     ChunkChoice,
     ChunkDelta,
-    CompletionUsage,
-    FinishReason,
     FunctionDelta,
     ToolCallDelta,
+    Usage,
 )
-from gateway.providers.usage_bounds import UntrustedUsage
 
 
 class AnthropicStreamTranslator:
@@ -50,7 +51,7 @@ class AnthropicStreamTranslator:
         self._wants_usage = wants_usage
         self._id = ""
         self._created = int(clock())
-        self._start_usage = Usage()
+        self._start_usage = UpstreamUsage()
         self._tool_calls: dict[int, int] = {}  # content block index -> OpenAI tool_calls index
         self._answer: int | None = None  # the content block index of the answer tool's call
         self._answered = False  # some of the answer's JSON was sent
@@ -59,7 +60,7 @@ class AnthropicStreamTranslator:
 
     def feed(self, data: bytes) -> list[bytes]:
         try:
-            event = msgspec.json.decode(data, type=StreamEvent)
+            event = msgspec.json.decode(data, type=UpstreamEvent)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("a stream event is not an Anthropic event") from None
         if event.type == "message_start":
@@ -75,7 +76,7 @@ class AnthropicStreamTranslator:
         if event.type == "message_stop":
             return self._final_frames()
         if event.type == "error":
-            raise stream_error(event.error or ErrorObject())
+            raise stream_error(event.error or UpstreamErrorObject())
         return []  # ping, and event types added after this was written
 
     def finish(self) -> list[bytes]:
@@ -85,7 +86,7 @@ class AnthropicStreamTranslator:
             return self._final_frames()  # message_delta arrived: the message itself is complete
         raise UpstreamError("the upstream stream ended before the message was complete")
 
-    def _message_start(self, event: StreamEvent) -> list[bytes]:
+    def _message_start(self, event: UpstreamEvent) -> list[bytes]:
         if event.message is not None:
             self._id = event.message.id
             if event.message.usage is not None:  # none at all is no count of 0: it is estimated
@@ -93,7 +94,7 @@ class AnthropicStreamTranslator:
                 self._note_usage(self._start_usage)
         return [self._chunk(ChunkDelta(role="assistant", content=""))]
 
-    def _block_start(self, event: StreamEvent) -> list[bytes]:
+    def _block_start(self, event: UpstreamEvent) -> list[bytes]:
         block = event.content_block
         if block is None or event.index is None:
             return []
@@ -115,7 +116,7 @@ class AnthropicStreamTranslator:
         )
         return [self._chunk(ChunkDelta(tool_calls=[call]))]
 
-    def _block_delta(self, event: StreamEvent) -> list[bytes]:
+    def _block_delta(self, event: UpstreamEvent) -> list[bytes]:
         delta = event.delta
         if delta is None:
             return []
@@ -130,23 +131,23 @@ class AnthropicStreamTranslator:
             return [self._chunk(ChunkDelta(tool_calls=[call]))]
         return []  # thinking and signature deltas have no OpenAI chat equivalent
 
-    def _block_stop(self, event: StreamEvent) -> list[bytes]:
+    def _block_stop(self, event: UpstreamEvent) -> list[bytes]:
         if not self._is_answer(event) or self._answered:
             return []
         self._answered = True  # an empty input streams no JSON at all; the content must still parse
         return [self._chunk(ChunkDelta(content="{}"))]
 
-    def _is_answer(self, event: StreamEvent) -> bool:
+    def _is_answer(self, event: UpstreamEvent) -> bool:
         return self._answer is not None and event.index == self._answer
 
-    def _message_delta(self, event: StreamEvent) -> list[bytes]:
+    def _message_delta(self, event: UpstreamEvent) -> list[bytes]:
         if event.delta is not None and event.delta.stop_reason is not None:
             self._stop_reason = event.delta.stop_reason
         if event.usage is not None:
-            self._note_usage(_merged(self._start_usage, event.usage))
+            self._note_usage(merged_usage(self._start_usage, event.usage))
         return []
 
-    def _note_usage(self, usage: Usage) -> None:
+    def _note_usage(self, usage: UpstreamUsage) -> None:
         try:
             self.usage, self.untrusted_usage = normalise_usage(usage), None
         except UntrustedUsage as exc:
@@ -166,26 +167,8 @@ class AnthropicStreamTranslator:
     def _chunk(self, delta: ChunkDelta, reason: FinishReason | None = None) -> bytes:
         return self._frame([ChunkChoice(delta=delta, finish_reason=reason)])
 
-    def _frame(self, choices: list[ChunkChoice], usage: CompletionUsage | UnsetType = UNSET) -> bytes:
+    def _frame(self, choices: list[ChunkChoice], usage: Usage | UnsetType = UNSET) -> bytes:
         chunk = ChatCompletionChunk(
             id=self._id, created=self._created, model=self._reply.model, choices=choices, usage=usage
         )
         return sse_frame(msgspec.json.encode(chunk))
-
-
-def _merged(start: Usage, delta: Usage) -> Usage:
-    """message_delta's counts are cumulative; fields it leaves out keep message_start's value."""
-    return Usage(
-        input_tokens=delta.input_tokens if delta.input_tokens is not None else start.input_tokens,
-        output_tokens=delta.output_tokens if delta.output_tokens is not None else start.output_tokens,
-        cache_read_input_tokens=(
-            delta.cache_read_input_tokens
-            if delta.cache_read_input_tokens is not None
-            else start.cache_read_input_tokens
-        ),
-        cache_creation_input_tokens=(
-            delta.cache_creation_input_tokens
-            if delta.cache_creation_input_tokens is not None
-            else start.cache_creation_input_tokens
-        ),
-    )

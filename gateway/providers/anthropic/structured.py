@@ -3,7 +3,7 @@
 The Messages API has no JSON mode, but a tool's input always arrives as a JSON object that follows
 the tool's `input_schema`. So `json_schema` becomes a tool named after the schema, and
 `json_object` one whose schema is any object; the reply translators turn that tool's input back
-into the assistant message's `content` (see `anthropic_response` and `anthropic_stream`).
+into the assistant message's `content` (see `response` and `stream`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from gateway.errors import InvalidRequest
-from gateway.providers.anthropic.wire import ToolChoice, ToolDefinition
+from gateway.schemas.anthropic import ToolChoice, ToolDefinition
 from gateway.schemas.openai import ChatCompletionRequest
 
 JSON_OBJECT_TOOL = "json_object"
@@ -38,7 +38,9 @@ def answer_tool(chat: ChatCompletionRequest) -> ToolDefinition | None:
     if kind == "json_schema":
         tool = _schema_tool(response_format.get("json_schema"))
     elif kind == "json_object":
-        tool = ToolDefinition(JSON_OBJECT_TOOL, {"type": "object"}, _OBJECT_DESCRIPTION)
+        tool = ToolDefinition(
+            name=JSON_OBJECT_TOOL, input_schema={"type": "object"}, description=_OBJECT_DESCRIPTION
+        )
     else:
         raise InvalidRequest(
             f"response_format of type {kind!r} is not supported by Anthropic models",
@@ -82,4 +84,8 @@ def _schema_tool(spec: Any) -> ToolDefinition:
             code="unsupported_parameter",
         )
     description = spec.get("description")
-    return ToolDefinition(name, schema, description if isinstance(description, str) else _SCHEMA_DESCRIPTION)
+    return ToolDefinition(
+        name=name,
+        input_schema=schema,
+        description=description if isinstance(description, str) else _SCHEMA_DESCRIPTION,
+    )

@@ -2,7 +2,7 @@
 
 Bodies are forwarded as the client sent them (only `model`, stream usage and cache hints are
 touched); responses and stream chunks pass through verbatim, decoded only as far as metering needs,
-but for the members the gateway sets in them (`gateway.providers.openai.wire`): `model` is the
+but for the members the gateway sets in them (`gateway.providers.openai.reply_members`): `model` is the
 alias the client asked for, and the usage carries its cost and the cached tokens.
 """
 
@@ -25,15 +25,9 @@ from gateway.providers.base import (
 )
 from gateway.providers.cache_hints import HintMode, apply_openai_hints
 from gateway.providers.errors import UpstreamErrorDetail, bad_response, classify_status
-from gateway.providers.openai.wire import (
-    ErrorEnvelope,
-    ErrorObject,
-    Metered,
-    Usage,
-    with_model,
-    with_usage_members,
-)
+from gateway.providers.openai.reply_members import with_model, with_usage_members
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
+from gateway.schemas.openai import ErrorEnvelope, ErrorObject, MeteredReply, Usage
 from gateway.settings import Provider, ProviderKind
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -118,7 +112,7 @@ class OpenAIAdapter:
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
         try:
-            metered = msgspec.json.decode(body, type=Metered)
+            metered = msgspec.json.decode(body, type=MeteredReply)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("not a JSON object") from None
         if metered.error is not None and metered.choices is None:
@@ -219,8 +213,8 @@ def _may_carry_usage(data: bytes) -> bool:
     return not (after.startswith(b":null") or after.startswith(b": null"))
 
 
-def _decode_chunk(data: bytes) -> Metered:
+def _decode_chunk(data: bytes) -> MeteredReply:
     try:
-        return msgspec.json.decode(data, type=Metered)
+        return msgspec.json.decode(data, type=MeteredReply)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise bad_response("a stream chunk is not a JSON object") from None

@@ -15,19 +15,7 @@ import msgspec
 
 from gateway.errors import UpstreamError
 from gateway.providers.errors import bad_response
-from gateway.providers.openai.chunks import ChunkChoice, Delta
-from gateway.providers.openai.wire import ErrorObject
-
-
-class _Chunk(msgspec.Struct):
-    id: str | None = None
-    created: int | None = None
-    model: str | None = None
-    system_fingerprint: str | None = None
-    service_tier: str | None = None
-    choices: list[ChunkChoice] = []
-    usage: msgspec.Raw = msgspec.Raw(b"null")  # kept verbatim (msgspec.Raw takes no union)
-    error: ErrorObject | str | None = None
+from gateway.schemas.openai import ChunkDelta, ChunkWithRawUsage, FunctionDelta
 
 
 @dataclass(slots=True)
@@ -50,7 +38,7 @@ class _Choice:
     tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
 
-    def add(self, delta: Delta) -> bool:
+    def add(self, delta: ChunkDelta) -> bool:
         """Take one delta; True when it carried output (a token of content, refusal or a tool call)."""
         self.role = delta.role or self.role
         if delta.content is not None:
@@ -61,7 +49,7 @@ class _Choice:
             call = self.tool_calls.setdefault(part.index, _ToolCall())
             call.id = part.id or call.id
             call.type = part.type or call.type
-            if part.function is not None:
+            if isinstance(part.function, FunctionDelta):
                 call.name += part.function.name or ""
                 call.arguments.append(part.function.arguments or "")
         return bool(delta.content or delta.refusal or delta.tool_calls)
@@ -91,7 +79,7 @@ class ChatAssembly:
         if data.strip() == b"[DONE]":
             return False
         try:
-            chunk = msgspec.json.decode(data, type=_Chunk)
+            chunk = msgspec.json.decode(data, type=ChunkWithRawUsage)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("a stream chunk is not a JSON object") from None
         if chunk.error is not None and not chunk.choices:
@@ -110,7 +98,7 @@ class ChatAssembly:
         self.has_output = self.has_output or output
         return first
 
-    def _note_head(self, chunk: _Chunk) -> None:
+    def _note_head(self, chunk: ChunkWithRawUsage) -> None:
         for name in ("id", "created", "model", "system_fingerprint", "service_tier"):
             value = getattr(chunk, name)
             if value is not None:

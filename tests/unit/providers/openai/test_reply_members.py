@@ -17,7 +17,7 @@ from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, stream_co
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.providers.openai.azure import AzureAdapter
 from gateway.providers.openai.chat_assembly import ChatAssembly
-from gateway.providers.openai.wire import with_model, with_usage_members
+from gateway.providers.openai.reply_members import with_model, with_usage_members
 from gateway.settings import Price
 from tests.support.openapi import validate
 from tests.unit.providers.calls import call, sse_payloads

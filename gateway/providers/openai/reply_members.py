@@ -1,5 +1,5 @@
-"""OpenAI's response and chunk format as the gateway handles it: the parts it reads (for metering and
-errors), and the members it sets in a reply by splicing bytes, the rest of the body kept as sent.
+"""The members the gateway sets in an OpenAI reply or chunk it passes through (`model`, and in
+`usage` the cost and cached tokens), spliced into the bytes, the rest of the body kept as sent.
 
 A splice is made only where the bytes say for sure what they are. JSON escapes every quote inside a
 string, so the bytes `"model"` are a key or a whole string value, never part of a longer string: a
@@ -13,42 +13,6 @@ import re
 from typing import Any
 
 import msgspec
-
-# A count is decoded as whatever JSON value the upstream sent, and judged by
-# `gateway.providers.usage_bounds`: a count of the wrong type makes the usage untrusted, not the
-# whole answer unreadable.
-Count = Any
-
-
-class PromptDetails(msgspec.Struct):
-    cached_tokens: Count = None
-
-
-class Usage(msgspec.Struct):
-    prompt_tokens: Count = None
-    completion_tokens: Count = None
-    prompt_tokens_details: PromptDetails | None = None
-
-
-class ErrorObject(msgspec.Struct):
-    message: str | None = None
-    type: str | None = None
-    param: str | None = None
-    code: str | int | None = None
-
-
-class Metered(msgspec.Struct):
-    """The only parts of a response or chunk the gateway reads."""
-
-    usage: Usage | None = None
-    choices: list[msgspec.Raw] | None = None
-    error: ErrorObject | str | None = None
-    model: Any = None  # any JSON value: what the upstream named; replaced by the alias
-
-
-class ErrorEnvelope(msgspec.Struct):
-    error: ErrorObject | str | None = None
-
 
 # The member's value, found by one regular expression once the bytes of its key occur only once.
 _MODEL_VALUE = re.compile(rb'"model"[ \t\n\r]*:[ \t\n\r]*("[^"\\]*")')  # a string without escapes
