@@ -1,5 +1,6 @@
-"""The Files and Batch APIs' wire format: OpenAI's File and Batch objects, their lists, and the
-batch create request, as msgspec Structs.
+"""The batch APIs' wire format, as msgspec Structs: OpenAI's Files and Batches (File and Batch
+objects, their lists, the batch create request, the lines of input and output files), which the
+gateway serves and submits to, and Anthropic's Message Batches, which it submits to.
 
 OpenAI's own document types the optional members of File and Batch (`expires_at`, `errors`,
 `output_file_id`, every `*_at`) as plain strings and integers, never null: the gateway leaves an
@@ -11,11 +12,17 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Raw, Struct, UnsetType
 
 from gateway.schemas.admin import Id
 
+# A Batch's usage has the Responses API's shape; its details are declared there, named here too
+# for the modules that build a Batch.
+from gateway.schemas.responses import InputTokensDetails as InputTokensDetails
+from gateway.schemas.responses import OutputTokensDetails as OutputTokensDetails
+
 T = TypeVar("T")
+NULL = Raw(b"null")  # a JSON member read or written as it is, absent or null
 
 
 def present(value: T | None) -> T | UnsetType:
@@ -75,14 +82,6 @@ class RequestCounts(Struct):
     failed: int
 
 
-class InputTokensDetails(Struct):
-    cached_tokens: int
-
-
-class OutputTokensDetails(Struct):
-    reasoning_tokens: int = 0
-
-
 class BatchUsage(Struct):
     input_tokens: int
     output_tokens: int
@@ -131,3 +130,83 @@ class BatchList(Struct):
     last_id: str | None
     has_more: bool
     object: str = "list"
+
+
+# --- the lines of a batch's files ---------------------------------------------------------------
+
+
+class BatchRequestLine(Struct):
+    """A line of an input file: one request, its body as the JSON it is."""
+
+    custom_id: str
+    method: str
+    url: str
+    body: Raw
+
+
+class BatchLineResponse(Struct):
+    status_code: int | None
+    request_id: str | None = None
+    body: Raw = NULL
+
+
+class BatchLineError(Struct):
+    code: str
+    message: str
+
+
+class BatchOutputLine(Struct, kw_only=True):
+    """A line of an output or error file: the answer to one request, or why it never ran."""
+
+    id: str | None = None
+    custom_id: str
+    response: BatchLineResponse | None = None
+    error: BatchLineError | None = None
+
+
+class UpstreamFile(Struct):
+    """What the gateway reads of the File a provider's Files API answers: its id. (`OpenAIFile` is
+    the one the gateway answers, every member set; a provider's is read for no other member.)"""
+
+    id: str
+
+
+class UpstreamBatch(Struct):
+    """What the gateway reads of the Batch a provider's Batch API answers (`Batch` is the one the
+    gateway answers, with its own `gateway` member)."""
+
+    id: str
+    status: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+
+
+# --- Anthropic's Message Batches ----------------------------------------------------------------
+
+
+class MessageBatchRequest(Struct):
+    custom_id: str
+    params: Raw  # a Messages request body
+
+
+class MessageBatchCreate(Struct):
+    requests: list[MessageBatchRequest]
+
+
+class MessageBatch(Struct):
+    id: str
+    processing_status: str | None = None
+    results_url: str | None = None
+
+
+class MessageBatchResult(Struct):
+    type: str  # succeeded, errored, canceled, expired
+    message: Raw = NULL  # a Messages response, when it succeeded
+    error: Raw = NULL  # an Anthropic error body, when it errored
+
+
+class MessageBatchResultLine(Struct):
+    """A line of a Message Batch's results."""
+
+    custom_id: str
+    result: MessageBatchResult

@@ -143,12 +143,14 @@ class FunctionCallItem(msgspec.Struct, kw_only=True, tag_field="type", tag="func
 OutputItem = OutputMessage | FunctionCallItem
 
 
-class InputTokensDetails(msgspec.Struct, kw_only=True):
+class InputTokensDetails(msgspec.Struct):
+    """Also a Batch's usage's (gateway.schemas.batch_api), which has no cache writes to report."""
+
     cached_tokens: int = 0
-    cache_write_tokens: int = 0
+    cache_write_tokens: int | UnsetType = UNSET
 
 
-class OutputTokensDetails(msgspec.Struct, kw_only=True):
+class OutputTokensDetails(msgspec.Struct):
     reasoning_tokens: int = 0
 
 
@@ -159,6 +161,23 @@ class ResponseUsage(msgspec.Struct, kw_only=True):
     output_tokens_details: OutputTokensDetails
     total_tokens: int
     cost: str | UnsetType = UNSET  # USD, a decimal string: the gateway's own field, as on chat usage
+
+
+# What the gateway reads of an upstream's usage: the same object as ResponseUsage, read leniently.
+# A count is judged by `gateway.providers.usage_bounds`: a wrong type makes the usage untrusted,
+# not the answer unreadable; ResponseUsage is what the gateway writes and documents (OpenAPI).
+Count = Any
+
+
+class UpstreamInputDetails(msgspec.Struct):
+    cached_tokens: Count = None
+    cache_write_tokens: Count = None
+
+
+class UpstreamResponseUsage(msgspec.Struct):
+    input_tokens: Count = None
+    output_tokens: Count = None
+    input_tokens_details: UpstreamInputDetails | None = None
 
 
 class IncompleteDetails(msgspec.Struct, kw_only=True):

@@ -24,23 +24,12 @@ from gateway.providers.cache_hints import apply_openai_hints
 from gateway.providers.errors import bad_response
 from gateway.providers.openai.adapter import OpenAIAdapter, hint_mode
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
+from gateway.schemas.responses import UpstreamInputDetails, UpstreamResponseUsage
 from gateway.settings import Provider, ProviderKind
 
 # Events that carry the whole Response; the last three end a stream.
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-_Count = Any  # judged by usage_bounds: a count of the wrong type makes the usage untrusted
-
-
-class _InputDetails(msgspec.Struct):
-    cached_tokens: _Count = None
-    cache_write_tokens: _Count = None
-
-
-class _Usage(msgspec.Struct):
-    input_tokens: _Count = None
-    output_tokens: _Count = None
-    input_tokens_details: _InputDetails | None = None
 
 
 class _EventHead(msgspec.Struct):
@@ -48,10 +37,10 @@ class _EventHead(msgspec.Struct):
     message: str | None = None  # of an `error` event
 
 
-def responses_usage(usage: _Usage) -> TokenUsage:
+def responses_usage(usage: UpstreamResponseUsage) -> TokenUsage:
     """The counts of a Responses usage object in OpenAI chat terms; UntrustedUsage when one cannot be
     true. Cached and cache-write tokens are parts of input_tokens, as they are of prompt_tokens."""
-    details = usage.input_tokens_details or _InputDetails()
+    details = usage.input_tokens_details or UpstreamInputDetails()
     return bounded(
         TokenUsage(
             prompt_tokens=reported_count(usage.input_tokens, "input_tokens"),
@@ -78,7 +67,7 @@ def metered_response(call: UpstreamCall, document: dict[str, Any]) -> Metered:
     if not isinstance(raw_usage, dict):
         return Metered(document, None, None)
     try:
-        usage = responses_usage(msgspec.convert(raw_usage, _Usage))
+        usage = responses_usage(msgspec.convert(raw_usage, UpstreamResponseUsage))
     except (UntrustedUsage, msgspec.ValidationError) as exc:  # the answer is served as it came
         return Metered(document, None, str(exc))
     cost = usage_cost(call, usage)
