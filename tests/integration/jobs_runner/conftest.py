@@ -22,15 +22,14 @@ from gateway.services import Services, open_services
 from gateway.settings import (
     Catalog,
     CircuitSettings,
-    DeploymentSpec,
     JobSettings,
-    ModelSpec,
     Price,
     Provider,
     ProviderKind,
     RetrySettings,
     Settings,
 )
+from tests.support.catalogs import catalog, deployment, model, provider
 from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url
 from tests.unit.auth.records import add_key, add_team, create_tables
 
@@ -54,18 +53,19 @@ async def database_url() -> str:
     return DATABASE_URL
 
 
-def catalog_with(provider: Provider, jobs: JobSettings = JOBS, price: Price | None = None) -> Catalog:
-    deployment = DeploymentSpec(provider=provider.name, model="m-up", price=price or Price())
-    return Catalog(
-        providers=(provider,),
-        models=(ModelSpec(name=MODEL, deployments=(deployment,)),),
+def catalog_with(serving: Provider, jobs: JobSettings = JOBS, price: Price | None = None) -> Catalog:
+    """`serving` alone behind MODEL, with quick retries and a circuit that stays closed."""
+    return catalog(
+        serving,
+        models=[model(MODEL, deployment(serving, "m-up", price=price))],
         retry=RetrySettings(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02),
         circuit=CircuitSettings(failure_threshold=1000, cooldown_s=0.5),
         jobs=jobs,
     )
 
 
-MOCK_CATALOG = catalog_with(Provider(name="mock", kind=ProviderKind.MOCK, region="eu"))
+MOCK = provider("mock", ProviderKind.MOCK, region="eu")
+MOCK_CATALOG = catalog_with(MOCK)
 ServicesFactory = Callable[[Catalog], Services]
 
 

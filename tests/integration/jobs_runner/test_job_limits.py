@@ -18,9 +18,10 @@ from gateway.jobs import ledger
 from gateway.jobs.runner import JobRunner
 from gateway.limits import Reservation
 from gateway.services import Services
-from gateway.settings import Price, Provider, ProviderKind
+from gateway.settings import Price
 from tests.integration.jobs_runner.conftest import (
     JOBS,
+    MOCK,
     Owner,
     ServicesFactory,
     add_job,
@@ -43,7 +44,6 @@ from tests.unit.auth.records import add_key, add_team
 
 pytestmark = pytest.mark.integration
 PRICE = Price(input=Decimal(1), output=Decimal(2))  # USD per million tokens: a line costs ~50e-6 USD
-MOCK = Provider(name="mock", kind=ProviderKind.MOCK, region="eu")
 
 
 async def new_owner(services: Services, **limits: object) -> Owner:

@@ -22,7 +22,6 @@ from gateway.jobs.line_sender import BeginRun, LineRun
 from gateway.jobs.runner import JobRun, JobRunner
 from gateway.routing.directives import Directives
 from gateway.services import Services
-from gateway.settings import Provider, ProviderKind
 from tests.integration.jobs_runner.conftest import (
     JOBS,
     Owner,
@@ -32,6 +31,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
+from tests.support.catalogs import provider
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
 pytestmark = pytest.mark.integration
@@ -119,14 +119,13 @@ def chat_requests(upstream: RunningUpstream) -> list[dict[str, Any]]:
 async def test_lines_sharing_a_system_prompt_carry_one_cache_key_and_meet_one_replica(
     make_services: ServicesFactory, owner: Owner, replicas: tuple[RunningUpstream, RunningUpstream]
 ) -> None:
-    provider = Provider(
-        name="vllm",
-        kind=ProviderKind.OPENAI,
+    vllm = provider(
+        "vllm",
         region="eu",
         base_urls=tuple(f"{upstream.base_url}/v1" for upstream in replicas),
         cache_hints="openai",  # the key reaches the upstream as prompt_cache_key, where it shows
     )
-    services = make_services(catalog_with(provider, msgspec.structs.replace(JOBS, concurrency=4)))
+    services = make_services(catalog_with(vllm, msgspec.structs.replace(JOBS, concurrency=4)))
     bodies = [chat_body(n, system=SYSTEMS[n % 4]) for n in range(32)]
     bodies.append(chat_body(32, system=SYSTEMS[0], prompt_cache_key="the-clients-own"))
     job_id = await add_job(services.sessions, owner, bodies)

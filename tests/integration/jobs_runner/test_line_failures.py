@@ -22,9 +22,9 @@ from gateway.jobs.ledger import LineOutcome, PendingLine
 from gateway.jobs.line_sender import BeginRun, LineRun
 from gateway.jobs.runner import MAX_LINE_FAILURES, JobRun, JobRunner
 from gateway.routing.directives import Directives
-from gateway.settings import Provider, ProviderKind
 from tests.integration.jobs_runner.conftest import (
     JOBS,
+    MOCK_CATALOG,
     Owner,
     ServicesFactory,
     add_job,
@@ -38,6 +38,7 @@ from tests.integration.jobs_runner.test_runner_postgres import (
     run_to_end,
     usage_records,
 )
+from tests.support.catalogs import provider
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture
 
 pytestmark = pytest.mark.integration
@@ -90,10 +91,8 @@ def poisoned_job(n: int) -> list[dict[str, Any]]:
 async def test_a_line_that_breaks_its_send_fails_alone_and_the_job_completes(
     make_services: ServicesFactory, owner: Owner, upstream: RunningUpstream, after: bool
 ) -> None:
-    provider = Provider(
-        name="vllm", kind=ProviderKind.OPENAI, region="eu", base_url=f"{upstream.base_url}/v1"
-    )
-    catalog = catalog_with(provider)
+    vllm = provider("vllm", region="eu", base_url=f"{upstream.base_url}/v1")
+    catalog = catalog_with(vllm)
     services = make_services(catalog)
     executor = Executor(catalog, services.health, BreakingUpstream(UpstreamPool(), after=after))
     job_id = await add_job(services.sessions, owner, poisoned_job(40))
@@ -154,7 +153,7 @@ class UnstorableSender:
 async def test_an_outcome_the_database_refuses_fails_its_line_alone(
     make_services: ServicesFactory, owner: Owner
 ) -> None:
-    services = make_services(catalog_with(Provider(name="mock", kind=ProviderKind.MOCK, region="eu")))
+    services = make_services(MOCK_CATALOG)
     job_id = await add_job(services.sessions, owner, [chat_body(n) for n in range(20)])
     async with services.sessions() as session:
         claim = await ledger.claim_job(session, "unstorable", JOBS.lease_s, utcnow())

@@ -17,7 +17,6 @@ from gateway.db.models import BatchJob
 from gateway.db.teams import utcnow
 from gateway.jobs.runner import JobRunner
 from gateway.services import Services
-from gateway.settings import Provider, ProviderKind
 from tests.integration.jobs_runner.conftest import (
     JOBS,
     Owner,
@@ -37,6 +36,7 @@ from tests.integration.jobs_runner.test_runner_postgres import (
     run_to_end,
     usage_records,
 )
+from tests.support.catalogs import provider
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture
 
 pytestmark = pytest.mark.integration
@@ -68,10 +68,8 @@ async def expire(services: Services, job_id: str) -> None:
 async def test_runs_in_flight_at_a_kill_are_recorded_once_whatever_ends_the_job(
     make_services: ServicesFactory, owner: Owner, upstream: RunningUpstream, then: str
 ) -> None:
-    provider = Provider(
-        name="vllm", kind=ProviderKind.OPENAI, region="eu", base_url=f"{upstream.base_url}/v1"
-    )
-    services = make_services(catalog_with(provider, msgspec.structs.replace(JOBS, concurrency=IN_FLIGHT)))
+    vllm = provider("vllm", region="eu", base_url=f"{upstream.base_url}/v1")
+    services = make_services(catalog_with(vllm, msgspec.structs.replace(JOBS, concurrency=IN_FLIGHT)))
     job_id = await add_job(services.sessions, owner, [chat_body(n) for n in range(LINES)])
     upstream.clear()
 

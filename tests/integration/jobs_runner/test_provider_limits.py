@@ -26,7 +26,7 @@ from gateway.jobs.runner import DEFAULT_MAX_MESSAGES, JobRunner
 from gateway.limits import Reservation
 from gateway.limits.spend import to_units
 from gateway.services import Services
-from gateway.settings import Price, Provider, ProviderKind
+from gateway.settings import Price
 from tests.integration.jobs_runner.conftest import (
     Owner,
     ServicesFactory,
@@ -46,6 +46,7 @@ from tests.integration.jobs_runner.test_runner_postgres import (
     status_is,
     usage_records,
 )
+from tests.support.catalogs import provider
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 from tests.unit.auth.records import add_key, add_team
 
@@ -61,15 +62,14 @@ def upstream() -> Iterator[RunningUpstream]:
 
 
 def provider_catalog(upstream: RunningUpstream) -> Any:
-    provider = Provider(
-        name="up-openai",
-        kind=ProviderKind.OPENAI,
+    up = provider(
+        "up-openai",
         region="eu",
         base_url=f"{upstream.base_url}/v1",
         api_key="upstream-secret",
         batch_execution="provider",
     )
-    return catalog_with(provider, price=PRICE)
+    return catalog_with(up, price=PRICE)
 
 
 async def new_owner(services: Services, **limits: object) -> Owner:

@@ -25,7 +25,7 @@ from gateway.jobs.ledger import LineOutcome
 from gateway.jobs.runner import JobRunner
 from gateway.metering.events import UsageEvent
 from gateway.services import Services
-from gateway.settings import JobSettings, Provider, ProviderKind
+from gateway.settings import JobSettings
 from tests.integration.jobs_runner.conftest import (
     JOBS,
     Owner,
@@ -35,6 +35,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
+from tests.support.catalogs import provider
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture
 
 pytestmark = pytest.mark.integration
@@ -344,10 +345,8 @@ def upstream() -> Any:
 async def test_a_failing_pinned_upstream_pauses_the_job_until_it_answers_again(
     make_services: ServicesFactory, owner: Owner, upstream: RunningUpstream
 ) -> None:
-    provider = Provider(
-        name="vllm", kind=ProviderKind.OPENAI, region="eu", base_url=f"{upstream.base_url}/v1"
-    )
-    services = make_services(catalog_with(provider))
+    vllm = provider("vllm", region="eu", base_url=f"{upstream.base_url}/v1")
+    services = make_services(catalog_with(vllm))
     job_id = await add_job(services.sessions, owner, [chat_body(n) for n in range(20)])
     upstream.set_behaviour(fail_rate=1, fail_status=503)
 
