@@ -19,6 +19,7 @@ from litestar.types import ExceptionHandlersMap
 
 from gateway.console import figures
 from gateway.console.auth.forgery import CSRF_FIELD, CrossSiteRefused
+from gateway.console.auth.session_state import SessionsUnavailable
 from gateway.console.auth.sessions import AdminRequired, ConsoleSessions, SignInRequired, Viewer
 from gateway.errors import GatewayError
 
@@ -147,6 +148,11 @@ def form_too_large(request: Request, exc: RequestEntityTooLarge) -> Template:
     )
 
 
+def sessions_unavailable(request: Request, exc: SessionsUnavailable) -> Template:
+    message = "The gateway cannot reach its session store (Redis) just now: reload the page in a moment."
+    return refusal(None, 503, "Sessions are unavailable", message)
+
+
 def gateway_error(request: Request, exc: GatewayError) -> Template:
     return refusal(None, exc.status, "Cannot show this", exc.message)
 
@@ -156,5 +162,6 @@ CONSOLE_ERRORS: ExceptionHandlersMap = {
     AdminRequired: admin_required,
     CrossSiteRefused: cross_site_refused,
     RequestEntityTooLarge: form_too_large,
+    SessionsUnavailable: sessions_unavailable,
     GatewayError: gateway_error,
 }

@@ -87,7 +87,7 @@ class Settings(msgspec.Struct, frozen=True):
     metering_writer: str = "auto"
     keep_alive_timeout_s: int = 5  # uvicorn's timeout_keep_alive: an idle kept-alive connection is closed
     limit_concurrency: int | None = None  # uvicorn's: connections + requests per worker before 503s
-    # signs console sessions (gateway.console.auth.tokens); None: derived from the admin key
+    # seals console sessions (gateway.console.auth.sessions); None: derived from the admin key
     console_secret: str | None = None
     console_session_ttl_s: float = 12 * 3600.0
     # Serving processes claim and run batch jobs (with the catalog's jobs.runner); false: they leave

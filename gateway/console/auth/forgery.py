@@ -3,7 +3,7 @@
 Two checks, either of which stops a forged form: the browser's `Origin` (or, without it, `Referer`)
 must name the host the request was sent to (its `Host`: a trusted proxy's `X-Forwarded-Host` is
 already there, gateway.server.forwarded; nobody else's is), and the form must carry the CSRF token bound to the
-session (`gateway.console.auth.tokens`), which another site cannot read. The session cookie is also
+session (`gateway.console.auth.sessions`), which another site cannot read. The session cookie is also
 SameSite=Strict, but that does not separate two ports of one host: those are one site.
 """
 

@@ -1,56 +1,90 @@
-"""What the console remembers beyond its tokens: sessions signed out before they expired. They live
-in Redis when the gateway has it, so every process sees them, and in this process's memory otherwise
-(the single-process default); with Redis unreachable, a sign-out is known to this process only, and a
-warning says so. (Failed sign-ins are counted with the admin API's failed keys: gateway.auth.attempts.)
+"""The console's sessions, kept on the server: one record per signed-in browser, under the random id
+that is all its cookie holds. In Redis when the gateway has it, so that every process sees a sign-in
+and a sign-out at once; in this process's memory otherwise (the single-process default: several
+workers need Redis, gateway.commands.preflight).
+
+Litestar's stores hold the records (`RedisStore`, `MemoryStore`); its session middleware does not
+serve here, for three reasons: the console's cookie is named and scoped by the request's scheme
+(`__Host-gateway_console`, Secure, over https; `gateway_console` for /ui over plain http) where the
+middleware's is fixed; a session lasts a fixed time from its sign-in, where the middleware writes
+the record and the cookie again with every response; and only the pages that declare the viewer
+read a session, not the static files and the sign-in form beside them.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable
+from typing import TypeVar, cast
 
+import msgspec
 import structlog
+from litestar.stores.base import Store
+from litestar.stores.memory import MemoryStore
+from litestar.stores.redis import RedisStore
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.redis.client import RedisClient
 
 log = structlog.get_logger("gateway.console")
 
-SIGNED_OUT_PREFIX = "gateway:console:signed-out:"
-MAX_REMEMBERED = 100_000  # per process: a flood cannot grow memory without bound
+NAMESPACE = "gateway:console:session"  # records are `gateway:console:session:<id>`
+STORE_ERRORS = (RedisError, OSError)
+T = TypeVar("T")
 
 
-class SignOuts:
-    """Session ids signed out, each remembered until its token would have expired anyway."""
+class SessionsUnavailable(Exception):
+    """The session store (Redis) did not answer: no session can be started, read or ended now."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self._local: dict[str, float] = {}  # session id -> its token's expiry
 
-    async def add(self, redis: RedisClient | None, sid: str, expires_at: float) -> None:
-        remaining = int(expires_at - self._clock()) + 1
-        self._remember(sid, expires_at)
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who a session is: the admin, or a team key named by its id (never the key, nor its hash)."""
+
+    expires_at: int  # unix seconds; the record is refused from then on (the store also drops it)
+    seal: str  # under the console secret: gateway.console.auth.sessions
+    key_id: str | None = None  # a team session's key
+    team_id: str | None = None  # and its team
+
+    @property
+    def admin(self) -> bool:
+        return self.key_id is None
+
+
+class SessionStore:
+    """Session records by id, in one of Litestar's stores."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    @classmethod
+    def of(cls, redis: RedisClient | None) -> SessionStore:
         if redis is None:
-            return
-        try:
-            await redis.set(SIGNED_OUT_PREFIX + sid, b"1", ex=max(remaining, 1))
-        except (RedisError, OSError) as exc:
-            log.warning("console_sign_out_not_shared", error=type(exc).__name__)
+            return cls(MemoryStore())
+        # RedisStore is typed for a single server's client; it sends a Cluster client the same
+        # one-key GET, SET and DEL, which the Cluster routes by the key's slot.
+        return cls(RedisStore(cast(Redis, redis), namespace=NAMESPACE))
 
-    async def contains(self, redis: RedisClient | None, sid: str) -> bool:
-        if sid in self._local:
-            return True
-        if redis is None:
-            return False
-        try:
-            return bool(await redis.exists(SIGNED_OUT_PREFIX + sid))
-        except (RedisError, OSError) as exc:
-            log.warning("console_sign_out_unknown", error=type(exc).__name__)
-            return False
+    async def put(self, sid: str, record: SessionRecord, ttl_s: int) -> None:
+        if isinstance(self._store, MemoryStore):
+            await self._store.delete_expired()  # a memory store forgets only what it is asked for
+        await self._call(self._store.set(sid, msgspec.json.encode(record), expires_in=max(ttl_s, 1)))
 
-    def _remember(self, sid: str, expires_at: float) -> None:
-        now = self._clock()
-        self._local = {s: exp for s, exp in self._local.items() if exp > now}
-        self._local[sid] = expires_at
-        while len(self._local) > MAX_REMEMBERED:
-            del self._local[next(iter(self._local))]
+    async def get(self, sid: str) -> SessionRecord | None:
+        raw = await self._call(self._store.get(sid))
+        if raw is None:
+            return None
+        try:
+            return msgspec.json.decode(raw, type=SessionRecord)
+        except msgspec.DecodeError:
+            return None
+
+    async def delete(self, sid: str) -> None:
+        await self._call(self._store.delete(sid))
+
+    @staticmethod
+    async def _call(operation: Awaitable[T]) -> T:
+        try:
+            return await operation
+        except STORE_ERRORS as exc:
+            log.warning("console_sessions_unavailable", error=type(exc).__name__)
+            raise SessionsUnavailable from exc

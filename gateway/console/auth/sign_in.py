@@ -19,18 +19,20 @@ from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
 from gateway.auth.attempts import TooManyAttempts
-from gateway.auth.secrets import constant_time_equals, hash_secret
+from gateway.auth.secrets import constant_time_equals
 from gateway.console.auth.forgery import check_form, check_origin
-from gateway.console.auth.sessions import ConsoleSessions, SignInRequired, Viewer
+from gateway.console.auth.session_state import SessionsUnavailable
+from gateway.console.auth.sessions import ConsoleDependency, ConsoleSessions, SignInRequired, Viewer
 from gateway.console.forms import form_fields
 from gateway.console.rendering import LOGIN_PATH, page, safe_next
 from gateway.errors import AuthenticationFailed
-from gateway.services import services_of
+from gateway.services import Services, ServicesDependency
 
 log = structlog.get_logger("gateway.console")
 
 REFUSED = "That key was not accepted."
 DISABLED = "The console is off: set GATEWAY_ADMIN_KEY (or GATEWAY_CONSOLE_SECRET) on the gateway."
+UNAVAILABLE = "Sessions are unavailable: the gateway cannot reach Redis. Try again in a moment."
 
 
 def _login_page(
@@ -42,43 +44,49 @@ def _login_page(
 @get("/login")
 async def login_form(
     request: Request,
-    console: NamedDependency[ConsoleSessions],
+    console: ConsoleDependency,
+    services: ServicesDependency,
     next: FromQuery[str | None] = None,
     ended: FromQuery[str | None] = None,
     signed_out: FromQuery[str | None] = None,
 ) -> Response[Any]:
-    if console.signer is None:
+    if console.secret is None:
         return _login_page(safe_next(next), error=DISABLED, status=503)
     try:
-        await console.viewer(request)
+        await console.viewer(request, services)
     except SignInRequired:
         notice = "You have signed out." if signed_out else None
         if ended:
             notice = "Your session has ended: sign in again."
         return _login_page(safe_next(next), notice=notice)
+    except SessionsUnavailable:
+        return _login_page(safe_next(next), error=UNAVAILABLE, status=503)
     return Redirect(safe_next(next), status_code=303)  # signed in already
 
 
 @post("/login", status_code=303)
-async def sign_in(request: Request, console: NamedDependency[ConsoleSessions]) -> Response[Any]:
+async def sign_in(
+    request: Request, console: ConsoleDependency, services: ServicesDependency
+) -> Response[Any]:
     check_origin(request)
-    services = services_of(request)
     form = await form_fields(request)
     target = safe_next(form.get("next"))
     address = request.client.host if request.client else "unknown"
-    if console.signer is None:
+    if console.secret is None:
         return _login_page(target, error=DISABLED, status=503)
     key = form.get("key", "")
     try:
-        token = await services.key_attempts.check(address, key, lambda: _session_token(request, console, key))
+        sid = await services.key_attempts.check(address, key, lambda: _open_session(services, console, key))
     except TooManyAttempts as exc:
         log.warning("console_sign_in_throttled", client=address)
         return _throttled(target, exc.retry_after_s)
-    if token is None:
+    except SessionsUnavailable:  # the key was good: its attempt was given back
+        return _login_page(target, error=UNAVAILABLE, status=503)
+    if sid is None:
         log.warning("console_sign_in_failed", client=address)
         return _login_page(target, error=REFUSED, status=401)
     response: Response[Any] = Redirect(target, status_code=303)
-    console.start(response, request, token)
+    console.start(response, request, sid)
     return response
 
 
@@ -91,30 +99,32 @@ def _throttled(target: str, retry_after_s: int) -> Template:
     return refused
 
 
-async def _session_token(request: Request, console: ConsoleSessions, key: str) -> str | None:
-    """A new session's token for the admin key or a live team key; None for anything else."""
-    services = services_of(request)
-    assert console.signer is not None
-    now, ttl_s = console.clock(), console.ttl_s
+async def _open_session(services: Services, console: ConsoleSessions, key: str) -> str | None:
+    """A new session's id for the admin key or a live team key; None for anything else."""
     admin_key = services.settings.admin_key
     if admin_key is not None and constant_time_equals(key, admin_key):
+        sid = await console.open(services, None)
         log.info("console_signed_in", role="admin")
-        return console.signer.issue(now=now, ttl_s=ttl_s, admin_key=admin_key)
+        return sid
     try:
         principal = await services.key_cache.authenticate(f"Bearer {key}")
     except AuthenticationFailed:
         return None
+    sid = await console.open(services, principal)
     log.info("console_signed_in", role="team", team=principal.team_id, key_prefix=principal.key_prefix)
-    return console.signer.issue(now=now, ttl_s=ttl_s, key_hash=hash_secret(key))
+    return sid
 
 
 @post("/logout", status_code=303)
 async def sign_out(
-    request: Request, console: NamedDependency[ConsoleSessions], viewer: NamedDependency[Viewer]
+    request: Request,
+    console: ConsoleDependency,
+    viewer: NamedDependency[Viewer],
+    services: ServicesDependency,
 ) -> Response[Any]:
-    """End the session here and, through Redis, in every process: its token is refused from now on."""
+    """End the session in the store (Redis: every process): its cookie names nobody from now on."""
     check_form(request, viewer, await form_fields(request))
-    await console.sign_outs.add(services_of(request).redis, viewer.claims.sid, viewer.claims.exp)
+    await console.close(services, viewer.sid)
     response: Response[Any] = Redirect(f"{LOGIN_PATH}?signed_out=1", status_code=303)
     console.end(response, request)
     return response

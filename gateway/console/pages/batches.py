@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from litestar import Request, get
+from litestar import get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 from litestar.response import Template
@@ -34,7 +34,7 @@ from gateway.metering.reports.throughput import batch_throughput
 from gateway.metering.reports.usage import UsageQuery, UsageRow, usage_report
 from gateway.routing.directives import BATCH_ID
 from gateway.schemas.batch_api import Batch
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 BATCHES_A_PAGE = 25
 JOBS_A_PAGE = 20
@@ -168,14 +168,14 @@ async def _batches(session: AsyncSession, team_id: str, after: str | None) -> tu
 
 @get("/batches")
 async def batches_page(
-    request: Request,
+    services: ServicesDependency,
     viewer: NamedDependency[Viewer],
     team: FromQuery[str | None] = None,
     after: FromQuery[str | None] = None,
     jobs_after: FromQuery[str | None] = None,
 ) -> Template:
     context: dict[str, Any] = {"batches": [], "more_batches": False, "jobs": [], "more_jobs": False}
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         team_id, names = await _team(session, viewer, team)
         if team_id is not None:
             context["batches"], context["more_batches"] = await _batches(session, team_id, after)
@@ -186,13 +186,13 @@ async def batches_page(
 
 @get("/fragments/jobs")
 async def jobs_fragment(
-    request: Request,
+    services: ServicesDependency,
     viewer: NamedDependency[Viewer],
     team: FromQuery[str | None] = None,
     jobs_after: FromQuery[str | None] = None,
 ) -> Template:
     """The jobs table alone: what the batches page swaps in while a job runs."""
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         team_id, _ = await _team(session, viewer, team)
         jobs, more = await _jobs(session, team_id, jobs_after) if team_id else ([], False)
     context: dict[str, Any] = {"team_id": team_id, "jobs": jobs, "more_jobs": more, "now": time.time()}
@@ -202,13 +202,12 @@ async def jobs_fragment(
 
 @get("/batches/{batch_id:str}")
 async def batch_page(
-    request: Request,
+    services: ServicesDependency,
     viewer: NamedDependency[Viewer],
     batch_id: FromPath[str],
     team: FromQuery[str | None] = None,
 ) -> Template:
     """One batch as `GET /v1/gateway/batches/{id}` shows it, ended batches too (their whole history)."""
-    services = services_of(request)
     team_id = viewer.team_scope(team)
     if team_id is None:
         raise InvalidRequest("Choose the team whose batch to show.", param="team")

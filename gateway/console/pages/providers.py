@@ -4,19 +4,19 @@ load are every team's, so a team key is refused here rather than shown a partial
 
 from __future__ import annotations
 
-from litestar import Request, get
+from litestar import get
 from litestar.di import NamedDependency
 from litestar.response import Template
 
 from gateway.api.admin.providers import deployment_health
 from gateway.console.auth.sessions import Viewer
 from gateway.console.rendering import page
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 
 @get("/providers")
-async def providers_page(request: Request, admin: NamedDependency[Viewer]) -> Template:
-    deployments = await deployment_health(services_of(request))
+async def providers_page(services: ServicesDependency, admin: NamedDependency[Viewer]) -> Template:
+    deployments = await deployment_health(services)
     providers = {
         d.provider: d.replicas for d in deployments
     }  # a provider's replicas serve all its deployments

@@ -24,7 +24,7 @@ from gateway.console.rendering import page
 from gateway.db import keys, teams
 from gateway.errors import GatewayError
 from gateway.schemas.admin import KeyCreated
-from gateway.services import services_of
+from gateway.services import Services, ServicesDependency
 
 TEAMS_A_PAGE = 50
 KEYS_A_PAGE = 100
@@ -40,7 +40,7 @@ def _notice(name: str | None) -> str | None:
 
 
 async def _teams_page(
-    request: Request,
+    services: Services,
     admin: Viewer,
     cursor: str | None,
     *,
@@ -48,7 +48,7 @@ async def _teams_page(
     error: str | None,
     status: int,
 ) -> Template:
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         rows, next_cursor = await teams.list_teams(session, limit=TEAMS_A_PAGE, cursor=cursor)
     return page(
         "teams.html",
@@ -64,7 +64,7 @@ async def _teams_page(
 
 
 async def _team_page(
-    request: Request,
+    services: Services,
     admin: Viewer,
     team_id: str,
     *,
@@ -75,7 +75,7 @@ async def _team_page(
     key_form: dict[str, str] | None = None,
     status: int = 200,
 ) -> Template:
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         team = team_out(await teams.get_team(session, team_id))
         rows, next_cursor = await keys.list_keys(
             session, team_id=team_id, limit=KEYS_A_PAGE, cursor=keys_after
@@ -98,85 +98,89 @@ async def _team_page(
 
 @get("/teams")
 async def teams_page(
-    request: Request, admin: NamedDependency[Viewer], cursor: FromQuery[str | None] = None
+    services: ServicesDependency, admin: NamedDependency[Viewer], cursor: FromQuery[str | None] = None
 ) -> Template:
-    return await _teams_page(request, admin, cursor, form={}, error=None, status=200)
+    return await _teams_page(services, admin, cursor, form={}, error=None, status=200)
 
 
 @post("/teams")
-async def create_team(request: Request, admin: NamedDependency[Viewer]) -> Response[Any]:
+async def create_team(
+    request: Request, services: ServicesDependency, admin: NamedDependency[Viewer]
+) -> Response[Any]:
     form = await form_fields(request)
     check_form(request, admin, form)
     try:
         spec = team_create(form)
-        async with services_of(request).sessions.begin() as session:
+        async with services.sessions.begin() as session:
             team = await teams.create_team(session, spec)
             team_id = team.id
     except GatewayError as exc:  # a bad field, a name taken: the form again, with what was typed
-        return await _teams_page(request, admin, None, form=form, error=exc.message, status=exc.status)
+        return await _teams_page(services, admin, None, form=form, error=exc.message, status=exc.status)
     return Redirect(f"/ui/teams/{team_id}", status_code=303)
 
 
 @get("/teams/{team_id:str}")
 async def team_page(
-    request: Request,
+    services: ServicesDependency,
     admin: NamedDependency[Viewer],
     team_id: FromPath[str],
     notice: FromQuery[str | None] = None,
     keys_after: FromQuery[str | None] = None,
 ) -> Template:
-    return await _team_page(request, admin, team_id, keys_after=keys_after, notice=_notice(notice))
+    return await _team_page(services, admin, team_id, keys_after=keys_after, notice=_notice(notice))
 
 
 @post("/teams/{team_id:str}")
 async def update_team(
-    request: Request, admin: NamedDependency[Viewer], team_id: FromPath[str]
+    request: Request, services: ServicesDependency, admin: NamedDependency[Viewer], team_id: FromPath[str]
 ) -> Response[Any]:
     form = await form_fields(request)
     check_form(request, admin, form)
-    services = services_of(request)
     try:
         patch = team_update(form)
         async with services.sessions.begin() as session:
             await teams.update_team(session, team_id, patch)
             stale = await teams.live_key_hashes(session, team_id)
     except GatewayError as exc:
-        return await _team_page(request, admin, team_id, error=exc.message, status=exc.status)
+        return await _team_page(services, admin, team_id, error=exc.message, status=exc.status)
     for key_hash in stale:  # after the commit: a process that reloads a key sees the new limits
         await services.key_cache.invalidate(key_hash)
     return Redirect(f"/ui/teams/{team_id}?notice=team-saved", status_code=303)
 
 
 @post("/teams/{team_id:str}/keys")
-async def create_key(request: Request, admin: NamedDependency[Viewer], team_id: FromPath[str]) -> Template:
+async def create_key(
+    request: Request, services: ServicesDependency, admin: NamedDependency[Viewer], team_id: FromPath[str]
+) -> Template:
     """The one page that shows the new key's secret: answered, not redirected, so that it is never
     in a URL or a later page."""
     form = await form_fields(request)
     check_form(request, admin, form)
     try:
         spec = key_create(team_id, form)
-        async with services_of(request).sessions.begin() as session:
+        async with services.sessions.begin() as session:
             key, secret = await keys.create_key(session, spec)
             created = key_created(key, secret)
     except GatewayError as exc:
-        return await _team_page(request, admin, team_id, error=exc.message, key_form=form, status=exc.status)
-    return await _team_page(request, admin, team_id, new_key=created, status=201)
+        return await _team_page(services, admin, team_id, error=exc.message, key_form=form, status=exc.status)
+    return await _team_page(services, admin, team_id, new_key=created, status=201)
 
 
 @get("/keys/{key_id:str}")
-async def key_page(request: Request, admin: NamedDependency[Viewer], key_id: FromPath[str]) -> Template:
-    async with services_of(request).sessions() as session:
+async def key_page(
+    services: ServicesDependency, admin: NamedDependency[Viewer], key_id: FromPath[str]
+) -> Template:
+    async with services.sessions() as session:
         key = key_out(await keys.get_key(session, key_id))
     return page("key.html", admin, "teams", key=key, listed=listed)
 
 
 @post("/keys/{key_id:str}")
 async def update_key(
-    request: Request, admin: NamedDependency[Viewer], key_id: FromPath[str]
+    request: Request, services: ServicesDependency, admin: NamedDependency[Viewer], key_id: FromPath[str]
 ) -> Response[Any]:
     form = await form_fields(request)
     check_form(request, admin, form)
-    services = services_of(request)
     try:
         patch = key_update(form)
         async with services.sessions.begin() as session:
@@ -194,11 +198,10 @@ async def update_key(
 
 @post("/keys/{key_id:str}/revoke")
 async def revoke_key(
-    request: Request, admin: NamedDependency[Viewer], key_id: FromPath[str]
+    request: Request, services: ServicesDependency, admin: NamedDependency[Viewer], key_id: FromPath[str]
 ) -> Response[Any]:
     form = await form_fields(request)
     check_form(request, admin, form)
-    services = services_of(request)
     async with services.sessions.begin() as session:
         key = await keys.revoke_key(session, key_id)
         team_id, key_hash = key.team_id, key.key_hash

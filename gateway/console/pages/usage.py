@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from litestar import Request, Response, get
+from litestar import Response, get
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Template
@@ -18,7 +18,7 @@ from gateway.console.pages.usage_view import GROUPINGS, UsageFilters, table_page
 from gateway.db import teams
 from gateway.db.session import report_sessions
 from gateway.metering.reports.usage import report_csv, usage_report
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 TEAMS_LISTED = 1000  # the teams a filter offers (and whose names label the charts)
 
@@ -46,7 +46,7 @@ def _filters(
 
 @get("/usage")
 async def usage_page(
-    request: Request,
+    services: ServicesDependency,
     viewer: NamedDependency[Viewer],
     start: FromQuery[str | None] = None,
     end: FromQuery[str | None] = None,
@@ -55,7 +55,6 @@ async def usage_page(
     model: FromQuery[str | None] = None,
     page: FromQuery[str | None] = None,
 ) -> Template:
-    services = services_of(request)
     filters = _filters(viewer, start, end, group, team, model)
     shown_page = table_page(page)
     async with report_sessions(services)() as session:
@@ -74,7 +73,7 @@ async def usage_page(
 
 @get("/usage.csv")
 async def usage_csv(
-    request: Request,
+    services: ServicesDependency,
     viewer: NamedDependency[Viewer],
     start: FromQuery[str | None] = None,
     end: FromQuery[str | None] = None,
@@ -85,7 +84,7 @@ async def usage_csv(
     """The page's report as CSV, every digit of the money kept (the admin API's CSV format)."""
     filters = _filters(viewer, start, end, group, team, model)
     query = filters.query()
-    async with report_sessions(services_of(request))() as session:
+    async with report_sessions(services)() as session:
         rows = await usage_report(session, query)
     name = f"usage-{filters.first.isoformat()}-{filters.last.isoformat()}.csv"
     return Response(

@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from gateway.auth.attempts import KeyAttempts, TooManyAttempts
 from gateway.auth.key_cache import KeyCache, publish_invalidation
 from gateway.auth.principal import KeyState, Principal
-from gateway.console.auth.session_state import SignOuts
+from gateway.console.auth.session_state import SessionRecord, SessionStore
 from gateway.errors import RateLimited
 from gateway.limits.redis.limiter import RedisLimiter
 from gateway.limits.reservation import Reservation
@@ -183,10 +183,13 @@ async def test_key_revocations_reach_every_process(topology_client: RedisClient)
         await asyncio.gather(listener, return_exceptions=True)
 
 
-async def test_console_sign_outs_and_failed_key_attempts_are_shared(topology_client: RedisClient) -> None:
-    signed_out, elsewhere = SignOuts(), SignOuts()
-    await signed_out.add(topology_client, "sid-1", time.time() + 60)
-    assert await elsewhere.contains(topology_client, "sid-1")
+async def test_console_sessions_and_failed_key_attempts_are_shared(topology_client: RedisClient) -> None:
+    record = SessionRecord(expires_at=int(time.time()) + 60, seal="s", key_id="key_a", team_id="team_a")
+    signed_in, elsewhere = SessionStore.of(topology_client), SessionStore.of(topology_client)
+    await signed_in.put("sid-1", record, 60)
+    assert await elsewhere.get("sid-1") == record
+    await elsewhere.delete("sid-1")
+    assert await signed_in.get("sid-1") is None
     failures, other = KeyAttempts(topology_client, limit=2), KeyAttempts(topology_client, limit=2)
 
     async def refused() -> None:

@@ -7,10 +7,9 @@ from litestar.testing import RequestFactory
 
 from gateway.console.auth.forgery import CrossSiteRefused, check_form, check_origin
 from gateway.console.auth.sessions import Viewer
-from gateway.console.auth.tokens import SessionClaims
 
 HOST = "console.example:8080"
-VIEWER = Viewer(SessionClaims(sid="s", exp=2**31, admin_mark="m"), csrf_token="the-token")
+VIEWER = Viewer(sid="s", csrf_token="the-token")
 
 
 def post(**headers: str):  # type: ignore[no-untyped-def]
