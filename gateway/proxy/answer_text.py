@@ -5,7 +5,8 @@ The answer is read in the client's format (the endpoint's): chat choices' messag
 refusal, tool calls), completions' texts, a Response's output items, a Message's content blocks;
 an embedding has no output. Only the generated part counts: a Response repeats its request's
 `instructions` and `tools`, which are the prompt's. An answer that cannot be read this way is
-counted whole.
+counted whole. The views these answers are read through (`Counted...`) are declared with their
+wire formats in gateway.schemas.
 """
 
 from __future__ import annotations
@@ -16,65 +17,13 @@ from typing import Any
 import msgspec
 
 from gateway.providers.base import Endpoint
-
-# Every field is optional and loosely typed: the answer was already served to the client as it came,
-# and counting it must not fail on a field some server spells its own way.
-
-
-class _Function(msgspec.Struct):
-    name: Any = None
-    arguments: Any = None
-
-
-class _ToolCall(msgspec.Struct):
-    function: _Function | None = None
-
-
-class _ChatMessage(msgspec.Struct):
-    content: Any = None
-    refusal: Any = None
-    reasoning_content: Any = None  # vLLM's and SGLang's reasoning parsers
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _ChatMessage | None = None  # chat completions
-    text: Any = None  # legacy completions
-
-
-class _Choices(msgspec.Struct):
-    choices: list[_Choice] | None = None
-
-
-class _Part(msgspec.Struct):
-    text: Any = None
-    refusal: Any = None
-
-
-class _OutputItem(msgspec.Struct):
-    content: list[_Part] | None = None  # a message
-    summary: list[_Part] | None = None  # a reasoning item
-    name: Any = None  # a function call
-    arguments: Any = None
-
-
-class _Response(msgspec.Struct):
-    output: list[_OutputItem] | None = None
-
-
-class _Block(msgspec.Struct):
-    text: Any = None
-    thinking: Any = None
-    name: Any = None  # a tool_use block
-    input: Any = None
-
-
-class _Message(msgspec.Struct):
-    content: list[_Block] | None = None
+from gateway.schemas.anthropic import CountedMessage
+from gateway.schemas.openai import CountedChoices
+from gateway.schemas.responses import CountedResponse
 
 
 def _choices_texts(body: bytes) -> Iterator[Any]:
-    for choice in msgspec.json.decode(body, type=_Choices).choices or ():
+    for choice in msgspec.json.decode(body, type=CountedChoices).choices or ():
         yield choice.text
         message = choice.message
         if message is None:
@@ -89,7 +38,7 @@ def _choices_texts(body: bytes) -> Iterator[Any]:
 
 
 def _response_texts(body: bytes) -> Iterator[Any]:
-    for item in msgspec.json.decode(body, type=_Response).output or ():
+    for item in msgspec.json.decode(body, type=CountedResponse).output or ():
         for part in (*(item.content or ()), *(item.summary or ())):
             yield part.text
             yield part.refusal
@@ -98,7 +47,7 @@ def _response_texts(body: bytes) -> Iterator[Any]:
 
 
 def _message_texts(body: bytes) -> Iterator[Any]:
-    for block in msgspec.json.decode(body, type=_Message).content or ():
+    for block in msgspec.json.decode(body, type=CountedMessage).content or ():
         yield block.text
         yield block.thinking
         yield block.name

@@ -282,6 +282,12 @@ class UpstreamMessage(msgspec.Struct, frozen=True):
     error: UpstreamErrorObject | None = None
 
 
+class UpstreamTokenCount(msgspec.Struct, frozen=True):
+    """count_tokens' answer from an Anthropic deployment (TokenCount is the gateway's own)."""
+
+    input_tokens: Count = None
+
+
 class UpstreamDelta(msgspec.Struct, frozen=True):
     """A content_block_delta's delta (text_delta, input_json_delta...) or a message_delta's."""
 
@@ -301,3 +307,20 @@ class UpstreamEvent(msgspec.Struct, frozen=True):
     delta: UpstreamDelta | None = None
     usage: UpstreamUsage | None = None
     error: UpstreamErrorObject | None = None
+
+
+# A Message as the gateway counts its output text (gateway.proxy.answer_text), when it came without
+# usage.
+# Every field optional and typed Any: the answer was already served to the client as it came, and
+# counting it must not fail on a field some server spells its own way (content as a list of parts).
+
+
+class CountedBlock(msgspec.Struct):
+    text: Any = None
+    thinking: Any = None
+    name: Any = None  # a tool_use block
+    input: Any = None
+
+
+class CountedMessage(msgspec.Struct):
+    content: list[CountedBlock] | None = None

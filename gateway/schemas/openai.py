@@ -195,6 +195,37 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
     usage: Usage | UnsetType | None = UNSET
 
 
+# --- an answer as the gateway counts its text (gateway.proxy.answer_text) -----------------------
+# A second view of chat completions and completions, read only to count their output when no usage
+# came with them. Every field optional and typed Any: the answer was already served to the client as it came, and
+# counting it must not fail on a field some server spells its own way (content as a list of parts).
+
+
+class CountedFunction(msgspec.Struct):
+    name: Any = None
+    arguments: Any = None
+
+
+class CountedToolCall(msgspec.Struct):
+    function: CountedFunction | None = None
+
+
+class CountedChatMessage(msgspec.Struct):
+    content: Any = None
+    refusal: Any = None
+    reasoning_content: Any = None  # vLLM's and SGLang's reasoning parsers
+    tool_calls: list[CountedToolCall] | None = None
+
+
+class CountedChoice(msgspec.Struct):
+    message: CountedChatMessage | None = None  # chat completions
+    text: Any = None  # legacy completions
+
+
+class CountedChoices(msgspec.Struct):
+    choices: list[CountedChoice] | None = None
+
+
 # --- replies: chat completion stream chunks ---------------------------------------------------
 
 

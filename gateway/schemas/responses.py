@@ -180,6 +180,28 @@ class UpstreamResponseUsage(msgspec.Struct):
     input_tokens_details: UpstreamInputDetails | None = None
 
 
+# A Response as the gateway counts its output text (gateway.proxy.answer_text), when it came without
+# usage: only the generated parts (not the instructions and tools it repeats back).
+# Every field optional and typed Any: the answer was already served to the client as it came, and
+# counting it must not fail on a field some server spells its own way (content as a list of parts).
+
+
+class CountedPart(msgspec.Struct):
+    text: Any = None
+    refusal: Any = None
+
+
+class CountedOutputItem(msgspec.Struct):
+    content: list[CountedPart] | None = None  # a message
+    summary: list[CountedPart] | None = None  # a reasoning item
+    name: Any = None  # a function call
+    arguments: Any = None
+
+
+class CountedResponse(msgspec.Struct):
+    output: list[CountedOutputItem] | None = None
+
+
 class IncompleteDetails(msgspec.Struct, kw_only=True):
     reason: Literal["max_output_tokens", "content_filter"]
 

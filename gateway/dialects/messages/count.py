@@ -17,7 +17,7 @@ from gateway.providers.anthropic.adapter import anthropic_headers
 from gateway.providers.base import UpstreamRequest, estimated_tokens
 from gateway.providers.errors import bad_response
 from gateway.providers.usage_bounds import UntrustedUsage, reported_count
-from gateway.schemas.anthropic import ContentBlock, CountTokensRequest
+from gateway.schemas.anthropic import ContentBlock, CountTokensRequest, UpstreamTokenCount
 from gateway.schemas.nesting import TOO_DEEP, too_deep
 from gateway.settings import Provider
 
@@ -26,10 +26,6 @@ IMAGE_TOKENS = 1_600  # what Anthropic charges an image of about a megapixel, it
 _DECODER = msgspec.json.Decoder(dict[str, Any])
 _AT_PATH = re.compile(r" - at `\$\.?(.*)`$")
 _MISSING = re.compile(r"missing required field `(\w+)`$")
-
-
-class _Counted(msgspec.Struct):
-    input_tokens: Any = None  # judged by usage_bounds
 
 
 def read_count_request(raw: bytes) -> tuple[dict[str, Any], CountTokensRequest, Any]:
@@ -69,7 +65,7 @@ def count_request(
 def counted_tokens(body: bytes) -> int:
     """The count in an Anthropic count_tokens answer; a count that cannot be true is a bad answer."""
     try:
-        counted = msgspec.json.decode(body, type=_Counted)
+        counted = msgspec.json.decode(body, type=UpstreamTokenCount)
         if counted.input_tokens is None:
             raise bad_response("a token count without input_tokens")
         return reported_count(counted.input_tokens, "input_tokens")

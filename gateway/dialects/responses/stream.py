@@ -62,7 +62,7 @@ def event_frame(event: StreamEvent) -> bytes:
 
 
 @dataclass(slots=True)
-class _Part:
+class _StreamedPart:
     refusal: bool  # a refusal part, else output_text
     pieces: list[str] = field(default_factory=list)
 
@@ -72,10 +72,10 @@ class _Part:
 
 
 @dataclass(slots=True)
-class _Message:
+class _StreamedMessage:
     id: str
     output_index: int
-    parts: list[_Part] = field(default_factory=list)
+    parts: list[_StreamedPart] = field(default_factory=list)
     open: bool = True
     status: ResponseStatus = "in_progress"  # set when the item is done
 
@@ -84,7 +84,7 @@ class _Message:
 
 
 @dataclass(slots=True)
-class _FunctionCall:
+class _StreamedFunctionCall:
     id: str
     output_index: int
     call_id: str
@@ -130,9 +130,9 @@ class ChatToResponsesStream:
         self._created_at = 0
         self._sequence = 0
         self._started = False
-        self._items: list[_Message | _FunctionCall] = []
-        self._message: _Message | None = None  # the message item text is being added to
-        self._calls: dict[int, _FunctionCall] = {}  # chat tool_calls index -> its item
+        self._items: list[_StreamedMessage | _StreamedFunctionCall] = []
+        self._message: _StreamedMessage | None = None  # the message item text is being added to
+        self._calls: dict[int, _StreamedFunctionCall] = {}  # chat tool_calls index -> its item
         self._finish_reason: str | None = None
         self._done = False
 
@@ -210,14 +210,14 @@ class ChatToResponsesStream:
         events: list[StreamEvent] = []
         message = self._message
         if message is None:
-            message = self._message = _Message(self._new_id("msg_"), len(self._items))
+            message = self._message = _StreamedMessage(self._new_id("msg_"), len(self._items))
             self._items.append(message)
             item = message.item("in_progress")
             events.append(
                 OutputItemAdded(sequence_number=self._next(), output_index=message.output_index, item=item)
             )
         if not message.parts or message.parts[-1].refusal != refusal:
-            message.parts.append(_Part(refusal))
+            message.parts.append(_StreamedPart(refusal))
             events.append(
                 ContentPartAdded(
                     sequence_number=self._next(),
@@ -251,7 +251,7 @@ class ChatToResponsesStream:
                 if earlier.open:
                     events += self._close(earlier, "completed")
             self._message = None
-            call = _FunctionCall(
+            call = _StreamedFunctionCall(
                 id=self._new_id("fc_"),
                 output_index=len(self._items),
                 call_id=delta.id or self._new_id("call_"),
@@ -277,11 +277,13 @@ class ChatToResponsesStream:
             )
         return events
 
-    def _close(self, item: _Message | _FunctionCall, status: ResponseStatus) -> list[StreamEvent]:
+    def _close(
+        self, item: _StreamedMessage | _StreamedFunctionCall, status: ResponseStatus
+    ) -> list[StreamEvent]:
         """The done events of one output item."""
         item.open = False
         events: list[StreamEvent] = []
-        if isinstance(item, _FunctionCall):
+        if isinstance(item, _StreamedFunctionCall):
             events.append(
                 FunctionCallArgumentsDone(
                     sequence_number=self._next(),
@@ -321,7 +323,7 @@ class ChatToResponsesStream:
             if item.open:
                 events += self._close(item, status)
         output: list[OutputItem] = [
-            item.item("completed") if isinstance(item, _FunctionCall) else item.item(item.status)
+            item.item("completed") if isinstance(item, _StreamedFunctionCall) else item.item(item.status)
             for item in self._items
         ]
         response = new_response(

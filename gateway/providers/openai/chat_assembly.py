@@ -19,7 +19,7 @@ from gateway.schemas.openai import ChunkDelta, ChunkWithRawUsage, FunctionDelta
 
 
 @dataclass(slots=True)
-class _ToolCall:
+class _AssembledToolCall:
     id: str | None = None
     type: str = "function"
     name: str = ""
@@ -31,11 +31,11 @@ class _ToolCall:
 
 
 @dataclass(slots=True)
-class _Choice:
+class _AssembledChoice:
     role: str = "assistant"
     content: list[str] | None = None  # None until a content delta came (then "" is a real answer)
     refusal: list[str] | None = None
-    tool_calls: dict[int, _ToolCall] = field(default_factory=dict)
+    tool_calls: dict[int, _AssembledToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
 
     def add(self, delta: ChunkDelta) -> bool:
@@ -46,7 +46,7 @@ class _Choice:
         if delta.refusal is not None:
             self.refusal = [*(self.refusal or []), delta.refusal]
         for part in delta.tool_calls or []:
-            call = self.tool_calls.setdefault(part.index, _ToolCall())
+            call = self.tool_calls.setdefault(part.index, _AssembledToolCall())
             call.id = part.id or call.id
             call.type = part.type or call.type
             if isinstance(part.function, FunctionDelta):
@@ -70,7 +70,7 @@ class ChatAssembly:
 
     def __init__(self) -> None:
         self._head: dict[str, Any] = {}
-        self._choices: dict[int, _Choice] = {}
+        self._choices: dict[int, _AssembledChoice] = {}
         self._usage: msgspec.Raw | None = None
         self.has_output = False  # a chunk with a first token has been fed
 
@@ -90,7 +90,7 @@ class ChatAssembly:
             self._usage = chunk.usage
         output = False
         for part in chunk.choices:
-            choice = self._choices.setdefault(part.index, _Choice())
+            choice = self._choices.setdefault(part.index, _AssembledChoice())
             if part.delta is not None:
                 output = choice.add(part.delta) or output
             choice.finish_reason = part.finish_reason or choice.finish_reason
