@@ -8,7 +8,7 @@ did not answer (its batch expired or failed, or it failed them itself) are submi
 next round; a cancel or the job's expiry cancels the provider batch and keeps what it finished.
 The provider batch in flight is kept in the job's `provider_batch_id` (and its deployment in
 `deployment`), so a process that takes the job over polls it instead of submitting the lines
-again. The wire of each provider's batch API is `provider_batch_api`'s.
+again. The calls to each provider's batch API are `provider_batch_api`'s.
 
 A round is bound by the job's key's and team's budgets through the same limiter as any request:
 before its batch is submitted, the estimated cost of its lines (each line's prompt as the gateway
@@ -43,23 +43,16 @@ from gateway.errors import GatewayError, InvalidRequest, QuotaExceeded, RateLimi
 from gateway.jobs import ledger
 from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
 from gateway.jobs.line_sender import line_cache_key, pacing_s, pause_reason
-from gateway.jobs.provider_batch_api import (
-    ForeignResultsUrl,
-    LineResult,
-    ProviderBatchApi,
-    ProviderBatchError,
-    Submission,
-    batch_api_for,
-    chat_call,
-    line_body,
-)
+from gateway.jobs.provider_batch_api import ProviderBatchApi, batch_api_for, chat_call, line_body
 from gateway.limits import Admission, Limiter, Reservation
 from gateway.limits.holds import HOLD_TTL_S
 from gateway.limits.reservation import DEFAULT_MAX_TOKENS
 from gateway.limits.spend import MAX_BUDGET_UNITS, units_at_most
 from gateway.metering.events import UsageEvent, UsageSource, usage_event
 from gateway.metering.pricing import Tariff
+from gateway.providers.anthropic.batch_api import ForeignResultsUrl
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, estimated_tokens
+from gateway.providers.openai.batch_api import LineResult, ProviderBatchError, Submission
 from gateway.proxy.request import parse_request
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives

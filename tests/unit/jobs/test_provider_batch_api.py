@@ -1,86 +1,117 @@
-"""Reading a provider batch's results: which lines succeeded, which the provider refused (they
-fail), and which it never ran or failed itself (they run again)."""
+"""The calls to the providers' batch APIs (gateway.jobs.provider_batch_api), against an
+`httpx.MockTransport`: what each call sends where, and a failing call as a ProviderBatchError.
+(What the requests hold and how answers are read: tests/unit/providers/*/test_batch_api.py.)"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
+import httpx
 import msgspec
+import pytest
 
-from gateway.jobs.provider_batch_api import anthropic_line_result, chat_call, line_no_of, openai_line_result
+from gateway.jobs.provider_batch_api import batch_api_for, chat_call, line_body
+from gateway.providers.anthropic.batch_api import ForeignResultsUrl
 from gateway.providers.base import UpstreamCall
+from gateway.providers.openai.batch_api import BatchState, ProviderBatchError, Submission
+from gateway.settings import Provider, ProviderKind
+from tests.support.catalogs import provider
 
-CALLS: dict[int, UpstreamCall] = {
-    n: chat_call({"model": "m", "messages": []}, "m-up", "team", None, None) for n in range(3)
-}
+OPENAI = provider("openai", base_url="https://api.openai.com/v1", api_key="sk-1")
+CLAUDE = provider("claude", ProviderKind.ANTHROPIC, base_url="https://api.anthropic.com", api_key="ak-1")
+CALL = chat_call({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "m-up", "team", None, None)
 COMPLETION = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m-up",
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m-up",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
-              "prompt_tokens_details": {"cached_tokens": 4}},
+    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
 }  # fmt: skip
 
 
-def openai_row(custom_id: str, status: int, body: Any) -> dict[str, Any]:
-    return {"id": "batch_req_1", "custom_id": custom_id, "response": {"status_code": status, "body": body}}
+def client(answer: Callable[[httpx.Request], httpx.Response], seen: list[httpx.Request]) -> httpx.AsyncClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        request.read()
+        seen.append(request)
+        return answer(request)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
 
 
-def test_custom_ids_name_line_numbers() -> None:
-    assert (line_no_of("line-7"), line_no_of("line-x"), line_no_of("req-7"), line_no_of(None)) == (
-        7,
-        None,
-        None,
-        None,
-    )
+def submission(serving: Provider) -> Submission:
+    return Submission(3, CALL, line_body(CALL, serving))
 
 
-def test_an_openai_answer_is_a_succeeded_line_with_its_usage() -> None:
-    result = openai_line_result(openai_row("line-1", 200, COMPLETION), CALLS)
-    assert result is not None and result.response is not None and result.response.usage is not None
-    assert (result.line_no, result.status_code) == (1, 200)
-    usage = result.response.usage
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (10, 2, 4)
+async def test_an_openai_batch_is_an_uploaded_file_then_a_batch_of_it() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/files":
+            return httpx.Response(200, json={"id": "file-1", "object": "file"})
+        return httpx.Response(200, json={"id": "batch_1", "status": "validating"})
+
+    async with client(answer, seen) as http:
+        assert await batch_api_for(http, OPENAI).submit([submission(OPENAI)]) == "batch_1"
+    upload, create = seen
+    assert (upload.method, str(upload.url)) == ("POST", "https://api.openai.com/v1/files")
+    assert upload.headers["authorization"] == "Bearer sk-1"
+    assert b'"custom_id":"line-3","method":"POST","url":"/v1/chat/completions","body":{' in upload.content
+    assert b'name="purpose"\r\n\r\nbatch' in upload.content
+    assert (create.method, str(create.url)) == ("POST", "https://api.openai.com/v1/batches")
+    assert create.headers["content-type"] == "application/json"
+    assert msgspec.json.decode(create.content)["input_file_id"] == "file-1"
 
 
-def test_an_openai_refusal_is_a_failed_line_but_a_provider_failure_runs_again() -> None:
-    error = {"error": {"message": "bad", "type": "invalid_request_error", "param": None, "code": None}}
-    refused = openai_line_result(openai_row("line-0", 400, error), CALLS)
-    assert refused is not None and refused.response is None and refused.status_code == 400
-    assert openai_line_result(openai_row("line-0", 500, error), CALLS) is None
-    assert openai_line_result(openai_row("line-0", 429, error), CALLS) is None
+async def test_an_openai_batch_s_results_are_its_output_and_error_files() -> None:
+    seen: list[httpx.Request] = []
+    rows = {"/v1/files/out/content": {"custom_id": "line-3", "response": {"status_code": 200, "body": COMPLETION}},
+            "/v1/files/err/content": {"custom_id": "line-3", "response": None, "error": {"code": "x", "message": "y"}}}  # fmt: skip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=msgspec.json.encode(rows[request.url.path]) + b"\n")
+
+    calls: dict[int, UpstreamCall] = {3: CALL}
+    async with client(answer, seen) as http:
+        results = await batch_api_for(http, OPENAI).results(BatchState("b", True, "out", "err"), calls)
+    assert [(result.line_no, result.status_code) for result in results] == [(3, 200)]
+    assert [request.url.path for request in seen] == list(rows)
 
 
-def test_an_openai_line_that_never_ran_or_is_not_the_jobs_is_left_pending() -> None:
-    never_ran = {"custom_id": "line-2", "response": None, "error": {"code": "batch_expired", "message": "x"}}
-    assert openai_line_result(never_ran, CALLS) is None
-    assert openai_line_result(openai_row("line-9", 200, COMPLETION), CALLS) is None
-
-
-def test_an_anthropic_message_becomes_a_chat_completion() -> None:
+async def test_a_message_batch_is_one_request_and_its_results_are_read_from_the_provider() -> None:
+    seen: list[httpx.Request] = []
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-up",
                "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
-               "usage": {"input_tokens": 5, "output_tokens": 3, "cache_read_input_tokens": 2}}  # fmt: skip
-    row = {"custom_id": "line-0", "result": {"type": "succeeded", "message": message}}
-    result = anthropic_line_result(row, CALLS, created=100)
-    assert result is not None and result.response is not None and result.response.usage is not None
-    completion = msgspec.json.decode(result.response.body)
-    assert completion["object"] == "chat.completion"
-    assert completion["choices"][0]["message"]["content"] == "hello"
-    assert (result.response.usage.prompt_tokens, result.response.usage.cached_tokens) == (7, 2)
+               "usage": {"input_tokens": 5, "output_tokens": 3}}  # fmt: skip
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/results"):
+            row = {"custom_id": "line-3", "result": {"type": "succeeded", "message": message}}
+            return httpx.Response(200, content=msgspec.json.encode(row) + b"\n")
+        return httpx.Response(200, json={"id": "msgbatch_1", "processing_status": "ended"})
+
+    async with client(answer, seen) as http:
+        api = batch_api_for(http, CLAUDE)
+        assert await api.submit([submission(CLAUDE)]) == "msgbatch_1"
+        state = await api.state("msgbatch_1")
+        results = await api.results(state, {3: CALL})
+        with pytest.raises(ForeignResultsUrl):
+            await api.results(BatchState("m", True, results_url="https://elsewhere.example/r"), {3: CALL})
+    create, read, fetch = seen  # nothing was sent to the foreign results_url
+    assert str(create.url) == "https://api.anthropic.com/v1/messages/batches"
+    assert (create.headers["x-api-key"], create.headers["anthropic-version"]) == ("ak-1", "2023-06-01")
+    assert msgspec.json.decode(create.content)["requests"][0]["custom_id"] == "line-3"
+    assert (state.ended, read.method) == (True, "GET")
+    assert str(fetch.url) == "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results"
+    assert [(result.line_no, result.status_code) for result in results] == [(3, 200)]
 
 
-def test_anthropic_errors_fail_a_line_only_when_the_line_is_at_fault() -> None:
-    def errored(kind: str) -> dict[str, Any]:
-        error = {"type": "error", "error": {"type": kind, "message": "no"}}
-        return {"custom_id": "line-1", "result": {"type": "errored", "error": error}}
+@pytest.mark.parametrize("serving", [OPENAI, CLAUDE])
+async def test_a_refused_or_unreachable_call_is_a_provider_batch_error(serving: Provider) -> None:
+    async with client(lambda request: httpx.Response(503), []) as http:
+        with pytest.raises(ProviderBatchError, match="HTTP 503"):
+            await batch_api_for(http, serving).cancel("b1")
 
-    refused = anthropic_line_result(errored("invalid_request_error"), CALLS, created=0)
-    assert refused is not None and refused.status_code == 400 and refused.error is not None
-    assert anthropic_line_result(errored("overloaded_error"), CALLS, created=0) is None
-    assert (
-        anthropic_line_result({"custom_id": "line-1", "result": {"type": "canceled"}}, CALLS, created=0)
-        is None
-    )
+    def unreachable(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("down")
+
+    async with client(unreachable, []) as http:
+        with pytest.raises(ProviderBatchError, match="ConnectError"):
+            await batch_api_for(http, serving).state("b1")

@@ -1,11 +1,11 @@
-"""Which results_url a provider batch's results are read from (gateway.jobs.provider_batch_api):
+"""Which results_url a Message Batch's results are read from (gateway.providers.anthropic.batch_api):
 only one under the provider's own base URL, whose request then carries the provider's key."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.jobs.provider_batch_api import ForeignResultsUrl, check_under_base
+from gateway.providers.anthropic.batch_api import ForeignResultsUrl, check_under_base
 
 BASES = ("https://api.anthropic.com", "http://10.0.0.5:8080/proxy/anthropic")
 
