@@ -1,6 +1,6 @@
 """Signing in and out in Chromium: the session cookie's attributes, refusals that do not tell one bad
-key from another, a session that ends with its key, a sign-out that holds for a copied cookie, and
-failed sign-ins throttled (and logged without the key)."""
+key from another, a session that ends with its key, a sign-out that holds for a copied cookie on
+every process sharing Redis, and failed sign-ins throttled (and logged without the key)."""
 
 from __future__ import annotations
 
@@ -99,16 +99,49 @@ def test_a_signed_out_session_stays_out_even_with_a_copy_of_its_cookie(
     replay.wait_for_url("**/ui/login?**")
 
 
-def test_a_session_started_on_one_process_is_good_on_another(
-    stack: ConsoleStack, sign_in: SignIn, lone_gateway: GatewayProcess
+@pytest.fixture(scope="module")
+def twin_gateway(stack: ConsoleStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """Another process of the stack: its database and its Redis, and no memory of the first one."""
+    config = write_config(tmp_path_factory.mktemp("twin") / "gateway.yaml", stack.upstream, runner=False)
+    env = gateway_env(stack.gateway.env["GATEWAY_DATABASE_URL"], stack.gateway.env["GATEWAY_REDIS_URL"])
+    gateway = GatewayProcess(config, env).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def test_a_session_started_on_one_process_is_good_on_another_until_signed_out_on_either(
+    stack: ConsoleStack,
+    sign_in: SignIn,
+    twin_gateway: GatewayProcess,
+    new_context: Callable[[], BrowserContext],
 ) -> None:
-    """The other process shares the database and the admin key, nothing else: no Redis, no memory.
-    (A cookie is not kept apart by port, so the browser sends it to both.)"""
+    """The processes share the session store (Redis). A cookie is not kept apart by port, so the
+    browser sends it to both."""
     team = stack.new_team(f"roaming-{uuid.uuid4().hex[:6]}")
     page = sign_in(team.key)
-    page.goto(lone_gateway.base_url + "/ui/batches")
-    assert page.url == lone_gateway.base_url + "/ui/batches"
+    copied = session_cookie(page)
+    page.goto(twin_gateway.base_url + "/ui/batches")
+    assert page.url == twin_gateway.base_url + "/ui/batches"
     assert team.key[:12] in page.locator('[data-role="team"]').inner_text()
+    page.click("text=Sign out")
+    page.wait_for_url("**/ui/login?signed_out=1")
+    elsewhere = new_context()
+    elsewhere.add_cookies([copied])  # type: ignore[list-item]
+    replay = elsewhere.new_page()
+    replay.goto(stack.base_url + "/ui/batches")  # the first process: signed out there too
+    replay.wait_for_url("**/ui/login?**")
+
+
+def test_a_process_without_the_shared_redis_does_not_know_the_session(
+    stack: ConsoleStack, sign_in: SignIn, lone_gateway: GatewayProcess
+) -> None:
+    """Sessions live in the store: without Redis a process keeps its own (several processes of one
+    gateway share Redis, gateway.commands.preflight)."""
+    page = sign_in(ADMIN_KEY)
+    page.goto(lone_gateway.base_url + "/ui/batches")
+    page.wait_for_url("**/ui/login?**")
 
 
 def test_failed_sign_ins_are_throttled_and_logged_without_the_key(lone_gateway: GatewayProcess) -> None:
