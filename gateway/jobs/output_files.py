@@ -1,4 +1,4 @@
-"""A finished job's output and error files in OpenAI's Batch line format.
+"""A finished job's output and error files in OpenAI's Batch line format (`BatchOutputLine`).
 
 Succeeded lines go to the output file; lines the upstream refused, and lines never run (the job
 was cancelled or expired first), go to the error file. Both are in input order, and every
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
+
+from gateway.schemas.batch_api import NULL, BatchLineError, BatchLineResponse, BatchOutputLine
 
 BATCH_CANCELLED = "batch_cancelled"
 BATCH_EXPIRED = "batch_expired"
@@ -53,23 +54,17 @@ def output_line_id(job_id: str, line_no: int) -> str:
     return "batch_req_" + hashlib.sha256(f"{job_id}:{line_no}".encode()).hexdigest()[:32]
 
 
-def _answered(job_id: str, line: LineRecord) -> dict[str, Any]:
-    body = msgspec.Raw(line.response.encode()) if line.response is not None else None
-    return {
-        "id": output_line_id(job_id, line.line_no),
-        "custom_id": line.custom_id,
-        "response": {"status_code": line.status_code, "request_id": line.request_id, "body": body},
-        "error": None,
-    }
+def _answered(job_id: str, line: LineRecord) -> BatchOutputLine:
+    body = msgspec.Raw(line.response.encode()) if line.response is not None else NULL
+    response = BatchLineResponse(line.status_code, line.request_id, body)
+    return BatchOutputLine(
+        id=output_line_id(job_id, line.line_no), custom_id=line.custom_id, response=response
+    )
 
 
-def _never_run(job_id: str, line: LineRecord, code: str) -> dict[str, Any]:
-    return {
-        "id": output_line_id(job_id, line.line_no),
-        "custom_id": line.custom_id,
-        "response": None,
-        "error": {"code": code, "message": _NEVER_RUN_MESSAGES[code]},
-    }
+def _never_run(job_id: str, line: LineRecord, code: str) -> BatchOutputLine:
+    error = BatchLineError(code, _NEVER_RUN_MESSAGES[code])
+    return BatchOutputLine(id=output_line_id(job_id, line.line_no), custom_id=line.custom_id, error=error)
 
 
 def build_job_files(job_id: str, lines: list[LineRecord], never_run_code: str | None) -> JobFiles:
