@@ -1,9 +1,19 @@
-"""create_app(settings) -> Litestar: the one place where the gateway is wired together."""
+"""create_app(settings) -> the app: the hot-path front and Litestar, wired together in one place.
+
+The app is a Litestar app whose `__call__` first hands a request for a proxied endpoint
+(gateway.api.front.proxy) to the front, before any of Litestar's per-request machinery runs; the
+rest, and the lifespan, go to Litestar. A subclass rather than a wrapper around the app, so that
+every app `create_app` builds serves the proxied paths the one way, while it stays a Litestar app
+for its servers and tests (its lifespan, `state`, routes, Litestar's test clients). Litestar's
+declarations of the proxied paths only document them, and hand the front the spellings of them
+that only Litestar's router takes (a trailing slash).
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import structlog
 from litestar import Litestar, Request, Response
@@ -12,6 +22,7 @@ from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFou
 
 from gateway.api.admin import ADMIN_CONTROLLERS
 from gateway.api.admin.providers import PROVIDER_HANDLERS
+from gateway.api.admin.usage import USAGE_HANDLERS as ADMIN_USAGE_HANDLERS
 from gateway.api.anthropic.messages import MESSAGES_HANDLERS
 from gateway.api.front.error_replies import (
     Asker,
@@ -21,6 +32,7 @@ from gateway.api.front.error_replies import (
     internal_error_reply,
     unrouted_reply,
 )
+from gateway.api.front.proxy import ENDPOINTS, ProxyFront
 from gateway.api.gateway.batches import BATCH_HANDLERS
 from gateway.api.gateway.usage import USAGE_HANDLERS
 from gateway.api.openai.batches import BATCH_JOB_HANDLERS
@@ -31,6 +43,7 @@ from gateway.api.openapi import openapi_config
 from gateway.api.ops import OPS_HANDLERS
 from gateway.api.query_params import DeclaredQueries
 from gateway.api.request_ids import RequestIdMiddleware
+from gateway.api.team_key import provide_principal
 from gateway.auth.attempts import WEAK_ADMIN_KEY, strong_admin_key
 from gateway.console import console_router, console_templates
 from gateway.errors import GatewayError
@@ -40,6 +53,13 @@ from gateway.services import open_services, provide_services
 from gateway.settings import Settings, unpriced_deployments
 
 log = structlog.get_logger("gateway.app")
+
+# What any handler may declare: `services` (gateway.services) and the caller's team key `principal`
+# (gateway.api.team_key). Shared with the tests' smaller apps.
+DEPENDENCIES = {
+    "services": Provide(provide_services, sync_to_thread=False),
+    "principal": Provide(provide_principal),
+}
 
 
 def _asker(request: Request) -> Asker:
@@ -106,14 +126,31 @@ def answer_options(request: Request) -> Response[None] | None:
     return Response(None, status_code=204, headers={"Allow": ", ".join(sorted(methods))})
 
 
-def create_app(settings: Settings, *, on_started: Callable[[], None] | None = None) -> Litestar:
+class GatewayApp(Litestar):
+    """Litestar, behind the front that serves the proxied endpoints (`front`)."""
+
+    front: ProxyFront
+
+    # Any: the front reads an HTTP scope, which Litestar's types cannot tell from a lifespan one
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = ENDPOINTS.get(scope["path"])
+            if endpoint is not None:
+                await self.front.serve(scope, receive, send, endpoint)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings, *, on_started: Callable[[], None] | None = None) -> GatewayApp:
     """`on_started`: called once the services are open (a server tunes its process there)."""
     configure_logging(settings.log_format)
+    limits = settings.catalog.limits
+    front = ProxyFront(limits.max_body_bytes, limits.buffered_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = open_services(settings)
-        app.state.services = services
+        app.state.services = front.services = services
         services.start_background()
         if on_started is not None:
             on_started()
@@ -125,6 +162,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         try:
             yield
         finally:
+            front.services = None
             await services.aclose()
             log.info("gateway_stopped")
             flush_logs()
@@ -135,7 +173,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         queries.check(request)
         return answer_options(request)
 
-    app = Litestar(
+    app = GatewayApp(
         route_handlers=[
             *OPENAI_HANDLERS,
             *RESPONSES_HANDLERS,
@@ -143,13 +181,14 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *BATCH_HANDLERS,
             *FILE_HANDLERS,
             *BATCH_JOB_HANDLERS,
+            *ADMIN_USAGE_HANDLERS,
             *USAGE_HANDLERS,
             *PROVIDER_HANDLERS,
             *ADMIN_CONTROLLERS,
             *OPS_HANDLERS,
             console_router(settings),
         ],
-        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
+        dependencies=DEPENDENCIES | {"front": Provide(lambda: front, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
         before_request=before_request,
         middleware=[RequestIdMiddleware],
@@ -164,5 +203,6 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         template_config=console_templates(),
         debug=False,
     )
+    app.front = front
     queries.learn(app)
     return app

@@ -7,15 +7,15 @@ import asyncio
 import contextlib
 
 import msgspec
-from litestar import MediaType, Request, Response, get, head
+from litestar import MediaType, Response, get, head
 from litestar.response import Redirect
 from sqlalchemy import text
 
-from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.openapi import documented, json_schema
 from gateway.db.session import ReplicaSessions
 from gateway.metering.storage.writer import dead_letter_count
 from gateway.routing.batch_pin import PinStoreUnavailable
-from gateway.services import Services, services_of
+from gateway.services import Services, ServicesDependency
 
 JSON = "application/json"
 # Prometheus' text format; Litestar adds the charset to a text/* type itself.
@@ -111,10 +111,9 @@ async def _replica_ok(services: Services) -> bool:
         response=json_schema(Readiness), also={"503": "No request can be served: `reason` says why."}
     ),
 )
-async def readyz(request: Request) -> Response[bytes]:
+async def readyz(services: ServicesDependency) -> Response[bytes]:
     """200 while the gateway can serve, in a degraded mode or not (`degraded` names each); 503 only
     when it can serve no request at all."""
-    services = services_of(request)
     database, redis, backlog, oldest, dead_letters, replica = await asyncio.gather(
         _database_ok(services),
         _redis_ok(services),
@@ -170,8 +169,7 @@ def unable_to_serve(services: Services, database: str) -> str | None:
         content={PROMETHEUS_TEXT: {"schema": {"type": "string", "description": "Prometheus' text format."}}}
     ),
 )
-async def metrics(request: Request) -> Response[bytes]:
-    services = services_of(request)
+async def metrics(services: ServicesDependency) -> Response[bytes]:
     services.metrics.open_circuits.set(len(services.health.open_circuits()))
     backlog, oldest, dead_letters = await asyncio.gather(
         _backlog(services), _oldest_unwritten_s(services), _dead_letters(services)

@@ -1,7 +1,7 @@
 """The ASGI entry point for servers: `uvicorn --factory gateway.server.asgi:app_factory`.
 
-The proxied endpoints are served by `ProxyFront` in front of the Litestar app; the header cap
-applies to both, and the forwarded headers of trusted proxies to everything (gateway.server.forwarded).
+The app (gateway.app, the proxy front included) behind the header cap, and the forwarded headers
+of trusted proxies (gateway.server.forwarded).
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from litestar.types import ASGIApp
 
 from gateway.api.front.header_cap import header_cap
-from gateway.api.front.proxy import ProxyFront
 from gateway.app import create_app
 from gateway.server.forwarded import trusting_proxies
 from gateway.server.gc_tuning import tune_for_serving
@@ -17,12 +16,9 @@ from gateway.settings import Settings, load_settings
 
 
 def serving_app(settings: Settings, *, tune_gc: bool = False) -> ASGIApp:
-    """What `gateway serve` runs: trusted proxies' forwarded headers, the header cap, the proxy front,
-    then the Litestar app."""
+    """What `gateway serve` runs: trusted proxies' forwarded headers, the header cap, then the app."""
     app = create_app(settings, on_started=tune_for_serving if tune_gc else None)
-    limits = settings.catalog.limits
-    front = header_cap(ProxyFront(app, limits.max_body_bytes, limits.buffered_body_bytes))
-    return trusting_proxies(front, settings.trusted_proxies)
+    return trusting_proxies(header_cap(app), settings.trusted_proxies)
 
 
 def app_factory() -> ASGIApp:

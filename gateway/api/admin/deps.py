@@ -1,12 +1,11 @@
-"""What the admin controllers need from the app, read from `app.state.services`."""
+"""What the admin API needs of the app's services (the app-level `services` dependency,
+gateway.services.provide_services): a Protocol, so that a test may stand in a smaller set."""
 
 from __future__ import annotations
 
 from typing import Protocol, cast, runtime_checkable
 
-from litestar import Request
 from litestar.connection import ASGIConnection
-from litestar.di import Provide
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.auth.attempts import KeyAttempts
@@ -33,12 +32,6 @@ class AdminServices(Protocol):
     def redis(self) -> RedisClient | None: ...
 
 
-def services_of(connection: ASGIConnection) -> AdminServices:
+def admin_services(connection: ASGIConnection) -> AdminServices:
+    """The services, for the admin guard (a guard is given the connection, not dependencies)."""
     return cast(AdminServices, connection.app.state.services)
-
-
-def provide_services(request: Request) -> AdminServices:
-    return services_of(request)
-
-
-ADMIN_DEPENDENCIES = {"services": Provide(provide_services, sync_to_thread=False)}

@@ -14,7 +14,7 @@ import structlog
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from gateway.api.admin.deps import AdminServices, services_of
+from gateway.api.admin.deps import AdminServices, admin_services
 from gateway.auth.attempts import TooManyAttempts
 from gateway.auth.bearer import bearer_token
 from gateway.auth.secrets import constant_time_equals
@@ -33,9 +33,9 @@ class Caller(Enum):
     TEAM_KEY = "team_key"  # a live team key: known, but not the admin
 
 
-async def require_admin(connection: ASGIConnection) -> None:
+async def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     """Let the admin key through; raise 401, 403 or 429 for anything else."""
-    services = services_of(connection)
+    services = admin_services(connection)
     admin_key = services.settings.admin_key
     if admin_key is None:
         raise PermissionDenied(NOT_CONFIGURED)
@@ -66,8 +66,3 @@ async def _caller(services: AdminServices, token: str, admin_key: str) -> Caller
     except AuthenticationFailed:
         return None
     return Caller.TEAM_KEY
-
-
-async def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """The Litestar guard form of `require_admin`, for controllers."""
-    await require_admin(connection)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 
-from gateway.api.admin.guards import require_admin
-from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.admin.guards import admin_guard
+from gateway.api.openapi import documented, json_schema
 from gateway.schemas.admin import Page
-from gateway.services import Services, services_of
+from gateway.services import Services, ServicesDependency
 
 
 class ReplicaLoad(msgspec.Struct, omit_defaults=True):
@@ -38,10 +38,12 @@ class DeploymentHealth(msgspec.Struct):
     replicas: list[ReplicaLoad]
 
 
-@get("/admin/providers", operation_class=documented(response=json_schema(Page[DeploymentHealth])))
-async def list_providers(request: Request) -> Response[bytes]:
-    services = services_of(request)
-    await require_admin(request)
+@get(
+    "/admin/providers",
+    guards=[admin_guard],
+    operation_class=documented(response=json_schema(Page[DeploymentHealth])),
+)
+async def list_providers(services: ServicesDependency) -> Response[bytes]:
     rows = await deployment_health(services)
     return Response(msgspec.json.encode({"data": rows, "next_cursor": None}), media_type="application/json")
 

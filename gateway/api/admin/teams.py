@@ -9,10 +9,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from gateway.api.admin.body import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, decode_body, page_params
-from gateway.api.admin.deps import ADMIN_DEPENDENCIES, AdminServices
+from gateway.api.admin.deps import AdminServices
 from gateway.api.admin.guards import admin_guard
 from gateway.api.admin.views import team_out
-from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.openapi import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, path_id
 from gateway.db import teams
 from gateway.schemas.admin import Page, TeamCreate, TeamOut, TeamUpdate
@@ -22,7 +22,6 @@ class TeamController(Controller):
     path = "/admin/teams"
     tags = ["admin"]
     guards = [admin_guard]
-    dependencies = ADMIN_DEPENDENCIES
 
     @post("/", status_code=201, operation_class=documented(body=json_schema(TeamCreate)))
     async def create_team(self, request: Request, services: NamedDependency[AdminServices]) -> TeamOut:

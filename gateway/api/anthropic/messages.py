@@ -1,7 +1,7 @@
 """Anthropic's Messages API surface: `POST /v1/messages` and `POST /v1/messages/count_tokens`.
 
-`/v1/messages` is served by the proxy pipeline like chat completions (the ASGI front takes it on
-the hot path; this handler documents it and serves in-process clients). count_tokens generates
+`/v1/messages` is served by the front like chat completions (gateway.api.front.proxy) and declared
+here for the OpenAPI document. count_tokens generates
 nothing, but is admitted against the key's and team's limits like any request: an Anthropic-kind
 deployment of the model counts the prompt with its own tokenizer, and that call has a usage record
 at no cost; for a model no such deployment serves, the gateway answers its estimate, marked as one
@@ -11,15 +11,17 @@ at no cost; for a model no such deployment serves, the gateway answers its estim
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import Stream
+from litestar.di import Provide
+from litestar.types import ASGIApp
 
-from gateway.api.openai.inference import _proxy
-from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.api.front.proxy import FrontDependency
+from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.api.team_key import PrincipalDependency, provide_messages_principal
 from gateway.auth.principal import Principal
 from gateway.dialects.messages.count import (
     count_request,
@@ -30,14 +32,13 @@ from gateway.dialects.messages.count import (
 from gateway.dialects.messages.native import NativeMessagesAdapter
 from gateway.errors import UpstreamError
 from gateway.limits import Reservation
-from gateway.metering.events import UsageEvent, UsageSource
-from gateway.providers.base import Endpoint
-from gateway.proxy.exchange import new_request_id
+from gateway.metering.events import UsageEvent, UsageSource, usage_event
+from gateway.providers.base import Endpoint, TokenUsage
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.routing.policy import eligible_deployments
 from gateway.schemas.anthropic import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
-from gateway.services import Services, services_of
+from gateway.services import Services, ServicesDependency
 from gateway.settings import ProviderKind
 
 JSON = "application/json"
@@ -58,15 +59,9 @@ HEADERS = [API_KEY_HEADER, *DIRECTIVE_HEADERS]
         body=openai_body(MessagesRequest), response=json_schema(MessageOut), streams=True, headers=HEADERS
     ),
 )
-async def create_message(request: Request) -> Response[bytes] | Stream:
-    return await _proxy(request, Endpoint.MESSAGES)
-
-
-def credential(headers: Mapping[str, str]) -> str | None:
-    """The Authorization header, else the anthropic SDK's `x-api-key` as a bearer credential."""
-    authorization = headers.get("authorization")
-    api_key = headers.get("x-api-key")
-    return f"Bearer {api_key}" if authorization is None and api_key is not None else authorization
+async def create_message(front: FrontDependency) -> ASGIApp:
+    # Runs only for a spelling of the path the front does not take itself (a trailing slash).
+    return front.asgi(Endpoint.MESSAGES)
 
 
 def counting_deployment(eligible: Sequence[Deployment], open_circuits: Any) -> Deployment | None:
@@ -83,13 +78,13 @@ def counting_deployment(eligible: Sequence[Deployment], open_circuits: Any) -> D
     operation_class=documented(
         body=openai_body(CountTokensRequest), response=json_schema(TokenCount), headers=HEADERS
     ),
+    dependencies={"principal": Provide(provide_messages_principal)},
 )
-async def count_message_tokens(request: Request) -> Response[bytes]:
-    services = services_of(request)
-    request.state.request_id = request_id = new_request_id()
+async def count_message_tokens(
+    request: Request, services: ServicesDependency, principal: PrincipalDependency
+) -> Response[bytes]:
+    request_id: str = request.state.request_id  # gateway.api.request_ids
     started = time.time(), time.perf_counter()
-    principal = await services.key_cache.authenticate(credential(request.headers))
-    request.state.principal = principal
     body, typed, gateway_object = read_count_request(await request.body())
     directives = parse_directives(request.headers, gateway_object)
     eligible = eligible_deployments(typed.model, directives, principal, services.table)
@@ -155,20 +150,17 @@ def count_record(
     perf_counter): the count as its prompt tokens, at no cost, since providers do not bill counting;
     it is recorded because it reached the upstream (and spent the operator's quota there)."""
     created_at, began = started
-    return UsageEvent(
-        request_id=request_id,
+    return usage_event(
+        request_id,
         created_at=created_at,
         team_id=principal.team_id,
         key_id=principal.key_id,
-        model=counter.model,
-        provider=counter.provider.name,
-        region=counter.region,
-        deployment=counter.id,
-        upstream_model=counter.upstream_model,
+        deployment=counter,
         endpoint=COUNT_ENDPOINT,
         status=status,
-        prompt_tokens=input_tokens,
-        usage_source=UsageSource.UPSTREAM if status == 200 else UsageSource.NONE,
+        usage=TokenUsage(prompt_tokens=input_tokens),
+        source=UsageSource.UPSTREAM if status == 200 else UsageSource.NONE,
+        tariff=None,
         latency_ms=round((time.perf_counter() - began) * 1000, 3),
         error_code=error_code,
     )

@@ -1,23 +1,24 @@
-"""The proxied endpoints served straight from ASGI, in front of the Litestar app.
+"""The proxied endpoints, served straight from ASGI: POST /v1/chat/completions, /v1/completions,
+/v1/embeddings, /v1/responses and /v1/messages, the gateway's hot path.
 
-POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses and /v1/messages are the
-gateway's hot path.
 Litestar's per-request machinery (request and response objects, the handler signature model,
 header containers, the exception middleware) is a measurable share of the gateway's CPU per
-request (docs/performance.md). This front runs the same `ProxyPipeline` as the Litestar handlers,
-reads the body itself once the key is checked, under the process's budget of bodies being read
-(`gateway.api.front.request_body`), and sends the ASGI messages; a stream is relayed frame by frame and
-stopped as soon as the client leaves, or stops taking what is sent (`gateway.api.front.sse_relay`). Every other request goes to
-Litestar, which keeps documenting these endpoints in the OpenAPI schema and serving them to
-in-process clients.
+request (docs/performance.md), so the app (gateway.app) hands these requests to `ProxyFront.serve`
+before Litestar routes anything. The front runs the `ProxyPipeline`, reads the body itself once
+the key is checked, under the process's budget of bodies being read
+(`gateway.api.front.request_body`), and sends the ASGI messages; a stream is relayed frame by frame
+and stopped as soon as the client leaves, or stops taking what is sent
+(`gateway.api.front.sse_relay`). Litestar declares the same paths only to document them, and hands
+the front the spellings of them its router also takes (`/v1/chat/completions/`): `ProxyFront.asgi`.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from functools import partial
 
-from litestar import Litestar
-from litestar.types import Receive, Scope, Send
+from litestar.di import NamedDependency
+from litestar.params import SkipValidation
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.front.error_replies import (
     Asker,
@@ -45,74 +46,59 @@ CLOSE = {"connection": "close"}
 
 
 class ProxyFront:
-    def __init__(self, app: Litestar, max_body_bytes: int, max_buffered_body_bytes: int) -> None:
-        self.app = app
+    def __init__(self, max_body_bytes: int, max_buffered_body_bytes: int) -> None:
         self._max_body = max_body_bytes
         self.body_budget = BodyBudget(max_buffered_body_bytes)  # shared by every request of the process
-        # The app's services while its lifespan has them open, rather than read from the app's
-        # state on every request.
-        self._services: Services | None = None
+        # The app's services while its lifespan has them open (set there), rather than read from
+        # the app's state on every request.
+        self.services: Services | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind: str = scope["type"]  # str: the ASGI types leave out the lifespan scope
-        endpoint = ENDPOINTS.get(scope["path"]) if kind == "http" else None
-        if endpoint is not None and scope.get("method") == "POST":
-            await self._serve(scope, receive, send, endpoint)
-        elif kind == "lifespan":
-            await self.app(scope, receive, self._watching_lifespan(send))
-        else:
-            await self.app(scope, receive, send)
+    def asgi(self, endpoint: Endpoint) -> ASGIApp:
+        """The front serving `endpoint`, as an ASGI app a Litestar handler may answer with."""
+        return partial(self.serve, endpoint=endpoint)
 
-    def _watching_lifespan(self, send: Send) -> Send:
-        async def forward(message: Any) -> None:  # Any: Litestar's `Message` has no lifespan messages
-            if message["type"] == "lifespan.startup.complete":
-                self._services = self.app.state.services
-            elif message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
-                self._services = None
-            await send(message)
-
-        return cast(Send, forward)
-
-    def services(self) -> Services:
-        """The services of the running app (read from its state when no lifespan ran here)."""
-        services = self._services
-        if services is None:
-            found: Services = self.app.state.services
-            return found
-        return services
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
+    async def serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
         # Lower-cased here: ASGI asks servers for lower-case names, and the front does not rely on it.
         headers = {
             name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]
         }
         exchange = ProxyExchange()
         body: RequestBody | None = None
+        services = self.services
         try:
+            if services is None:  # before the app's lifespan started, or after it ended: a 500
+                raise RuntimeError("The gateway's services are not open")
             body = RequestBody.of(receive, headers, self._max_body, self.body_budget)
-            result = await self.services().pipeline.run(exchange, headers, body.read, endpoint)
+            result = await services.pipeline.run(exchange, headers, body.read, endpoint)
         except GatewayError as exc:
             reply = gateway_error_reply(exc, _asker(exchange, scope, headers))
-            return await self._refuse(send, reply, body, scope["path"])
+            return await _refuse(services, send, reply, body, scope["path"])
         except BodyTooLarge:
             reply = http_error_reply(413, None, _asker(exchange, scope, headers))
-            return await self._refuse(send, reply, body, scope["path"])
+            return await _refuse(services, send, reply, body, scope["path"])
         except ClientGone:
             return None
         except Exception as exc:  # an OpenAI-shaped 500, never a bare traceback
             return await _reply(send, internal_error_reply(exc, _asker(exchange, scope, headers)), body)
         if result.stream is not None:
-            write_timeout_s = self.services().settings.catalog.limits.stream_write_timeout_s
+            write_timeout_s = services.settings.catalog.limits.stream_write_timeout_s
             await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream, write_timeout_s)
         else:
             await _send(send, 200, result.headers, result.body)
         return None
 
-    async def _refuse(self, send: Send, reply: ErrorReply, body: RequestBody | None, path: str) -> None:
-        """An error answer, counted when the gateway gave it before any upstream was tried."""
-        if reply.refused:
-            self.services().metrics.count_refused(path, reply.status, reply.code)
-        await _reply(send, reply, body)
+
+# What a Litestar handler declares to hand its request to the front (gateway.app provides it).
+FrontDependency = NamedDependency[SkipValidation[ProxyFront]]
+
+
+async def _refuse(
+    services: Services | None, send: Send, reply: ErrorReply, body: RequestBody | None, path: str
+) -> None:
+    """An error answer, counted when the gateway gave it before any upstream was tried."""
+    if reply.refused and services is not None:
+        services.metrics.count_refused(path, reply.status, reply.code)
+    await _reply(send, reply, body)
 
 
 def _asker(exchange: ProxyExchange, scope: Scope, headers: dict[str, str]) -> Asker:

@@ -12,13 +12,14 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import msgspec
-from litestar import Request, Response, delete, get
+from litestar import Response, delete, get
 from litestar.params import Parameter
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.openapi import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, text_param
+from gateway.api.team_key import PrincipalDependency
 from gateway.errors import InvalidRequest, NotFound
 from gateway.jobs.repository import get_job
 from gateway.metering.pricing import money_str
@@ -27,7 +28,7 @@ from gateway.metering.reports.throughput import Throughput, batch_throughput
 from gateway.routing.batch_pin import BatchPin
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import BATCH_ID
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 JSON = "application/json"
 DEFAULT_PAGE, MAX_PAGE = 20, 100
@@ -108,13 +109,12 @@ def _json(payload: object) -> Response[bytes]:
 
 @get("/v1/gateway/batches", operation_class=documented(response=json_schema(BatchSummaryList)))
 async def list_batches(
-    request: Request,
+    services: ServicesDependency,
+    principal: PrincipalDependency,
     limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
     after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
     """The team's batches, newest first: those of its usage records and its Batch API jobs."""
-    services = services_of(request)
-    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
     async with services.sessions() as session:
         rows, has_more = await team_batches(
@@ -135,9 +135,9 @@ async def list_batches(
 
 
 @get("/v1/gateway/batches/{batch_id:str}", operation_class=documented(response=json_schema(BatchView)))
-async def get_batch(request: Request, batch_id: BatchIdParam) -> Response[bytes]:
-    services = services_of(request)
-    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+async def get_batch(
+    services: ServicesDependency, principal: PrincipalDependency, batch_id: BatchIdParam
+) -> Response[bytes]:
     team_id, batch_id = principal.team_id, _batch_id(batch_id)
     pin = await services.pins.touch(team_id, batch_id, recent=False)
     async with services.sessions() as session:
@@ -219,9 +219,9 @@ async def _recorded_fields(
     status_code=200,
     operation_class=documented(response=json_schema(BatchDeleted)),
 )
-async def delete_batch(request: Request, batch_id: BatchIdParam) -> Response[bytes]:
-    services = services_of(request)
-    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
+async def delete_batch(
+    services: ServicesDependency, principal: PrincipalDependency, batch_id: BatchIdParam
+) -> Response[bytes]:
     if not await services.pins.delete(principal.team_id, _batch_id(batch_id)):
         raise NotFound(f"No live batch '{batch_id}' for this team", param="batch_id", code="batch_not_found")
     return _json(BatchDeleted(batch_id))

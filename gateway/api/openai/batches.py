@@ -18,9 +18,9 @@ from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from gateway.api.admin.body import decode_body
-from gateway.api.openai.files import authenticated
-from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema
+from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
+from gateway.api.team_key import PrincipalDependency
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
 from gateway.jobs import repository as batches
@@ -37,7 +37,7 @@ from gateway.schemas.batch_api import (
     RequestCounts,
     present,
 )
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 JSON = "application/json"
 DEFAULT_PAGE, MAX_PAGE = 20, 100  # OpenAI's
@@ -116,13 +116,13 @@ def _json(payload: object) -> Response[bytes]:
     status_code=200,
     operation_class=documented(body=_create_body(), response=json_schema(Batch), headers=_PIN_HEADERS),
 )
-async def create_batch(request: Request) -> Response[bytes]:
+async def create_batch(
+    request: Request, services: ServicesDependency, principal: PrincipalDependency
+) -> Response[bytes]:
     """A bad input file still makes a batch: `failed`, its `errors` naming the lines."""
-    principal = await authenticated(request)
     spec = decode_body(await request.body(), BatchCreate)
     batches.check_metadata(spec.metadata)
     directives = batches.job_directives(request.headers, spec.metadata)
-    services = services_of(request)
     async with services.file_slots.held(), services.sessions.begin() as session:
         job = await batches.create_job(
             session,
@@ -135,13 +135,13 @@ async def create_batch(request: Request) -> Response[bytes]:
 
 @get("/v1/batches", operation_class=documented(response=json_schema(BatchList)))
 async def list_batches(
-    request: Request,
+    services: ServicesDependency,
+    principal: PrincipalDependency,
     limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
     after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
-    principal = await authenticated(request)
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         rows, has_more = await batches.list_jobs(
             session, principal.team_id, limit=size, after=text_param(after, "after")
         )
@@ -151,9 +151,10 @@ async def list_batches(
 
 
 @get("/v1/batches/{batch_id:str}", operation_class=documented(response=json_schema(Batch)))
-async def retrieve_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
-    principal = await authenticated(request)
-    async with services_of(request).sessions() as session:
+async def retrieve_batch(
+    services: ServicesDependency, principal: PrincipalDependency, batch_id: FromPath[str]
+) -> Response[bytes]:
+    async with services.sessions() as session:
         job = await batches.get_job(session, principal.team_id, path_id(batch_id, "batch_id"))
     return _json(batch_object(job))
 
@@ -163,9 +164,10 @@ async def retrieve_batch(request: Request, batch_id: FromPath[str]) -> Response[
     status_code=200,
     operation_class=documented(response=json_schema(Batch)),
 )
-async def cancel_batch(request: Request, batch_id: FromPath[str]) -> Response[bytes]:
-    principal = await authenticated(request)
-    async with services_of(request).sessions.begin() as session:
+async def cancel_batch(
+    services: ServicesDependency, principal: PrincipalDependency, batch_id: FromPath[str]
+) -> Response[bytes]:
+    async with services.sessions.begin() as session:
         job = await batches.cancel_job(session, principal.team_id, path_id(batch_id, "batch_id"))
     return _json(batch_object(job))
 

@@ -23,15 +23,15 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from msgspec import UNSET
 
-from gateway.api.openapi_bodies import documented, json_schema
+from gateway.api.openapi import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
-from gateway.auth.principal import Principal
+from gateway.api.team_key import PrincipalDependency
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
 from gateway.errors import InvalidRequest
 from gateway.jobs.files import repository as files
 from gateway.schemas.batch_api import FileDeleted, FileList, OpenAIFile
-from gateway.services import services_of
+from gateway.services import ServicesDependency
 
 JSON = "application/json"
 OCTETS = "application/octet-stream"
@@ -50,14 +50,6 @@ UPLOAD_FORM = {
 MAX_FILENAME = 512  # StoredFile.filename's column
 DEFAULT_PAGE = MAX_PAGE = 10_000  # OpenAI's default and maximum
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-
-
-async def authenticated(request: Request) -> Principal:
-    """The caller's team key; kept on the request so that an error's log line names the key."""
-    services = services_of(request)
-    principal = await services.key_cache.authenticate(request.headers.get("authorization"))
-    request.state.principal = principal
-    return principal
 
 
 def file_object(stored: StoredFile) -> OpenAIFile:
@@ -121,9 +113,10 @@ async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
         body=UPLOAD_FORM, body_type="multipart/form-data", response=json_schema(OpenAIFile)
     ),
 )
-async def upload_file(request: Request) -> Response[bytes]:
-    """multipart/form-data: `file` and `purpose`."""
-    principal = await authenticated(request)  # before the upload is read
+async def upload_file(
+    request: Request, services: ServicesDependency, principal: PrincipalDependency
+) -> Response[bytes]:
+    """multipart/form-data: `file` and `purpose`, read once the key is checked."""
     form = await request.form()
     try:
         purpose = _purpose(form.get("purpose"))
@@ -131,7 +124,6 @@ async def upload_file(request: Request) -> Response[bytes]:
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("file must be the uploaded file (multipart/form-data).", param="file")
         size = await _size(upload)
-        services = services_of(request)
         async with services.file_slots.held(), services.sessions.begin() as session:
             stored = await files.store_upload(
                 session,
@@ -158,7 +150,8 @@ def _order(value: str | None) -> bool:
 
 @get("/v1/files", operation_class=documented(response=json_schema(FileList)))
 async def list_files(
-    request: Request,
+    services: ServicesDependency,
+    principal: PrincipalDependency,
     purpose: Annotated[str | None, documented_query("Only files of this purpose.")] = None,
     limit: Annotated[str | None, documented_limit(MAX_PAGE, DEFAULT_PAGE)] = None,
     order: Annotated[
@@ -166,10 +159,9 @@ async def list_files(
     ] = None,
     after: Annotated[str | None, documented_query("The last id of the previous page.")] = None,
 ) -> Response[bytes]:
-    principal = await authenticated(request)
     newest_first = _order(order)
     size = page_size(limit, "limit", default=DEFAULT_PAGE, maximum=MAX_PAGE)
-    async with services_of(request).sessions() as session:
+    async with services.sessions() as session:
         rows, has_more = await files.list_files(
             session,
             principal.team_id,
@@ -184,9 +176,10 @@ async def list_files(
 
 
 @get("/v1/files/{file_id:str}", operation_class=documented(response=json_schema(OpenAIFile)))
-async def retrieve_file(request: Request, file_id: FromPath[str]) -> Response[bytes]:
-    principal = await authenticated(request)
-    async with services_of(request).sessions() as session:
+async def retrieve_file(
+    services: ServicesDependency, principal: PrincipalDependency, file_id: FromPath[str]
+) -> Response[bytes]:
+    async with services.sessions() as session:
         stored = await files.get_file(session, principal.team_id, path_id(file_id, "file_id"))
     return _json(file_object(stored))
 
@@ -194,9 +187,9 @@ async def retrieve_file(request: Request, file_id: FromPath[str]) -> Response[by
 @delete(
     "/v1/files/{file_id:str}", status_code=200, operation_class=documented(response=json_schema(FileDeleted))
 )
-async def delete_file(request: Request, file_id: FromPath[str]) -> Response[bytes]:
-    principal = await authenticated(request)
-    services = services_of(request)
+async def delete_file(
+    services: ServicesDependency, principal: PrincipalDependency, file_id: FromPath[str]
+) -> Response[bytes]:
     async with services.sessions.begin() as session:
         stored = await files.delete_file(
             session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store
@@ -210,12 +203,12 @@ async def delete_file(request: Request, file_id: FromPath[str]) -> Response[byte
     response_description="The file's bytes",
     operation_class=documented(),
 )
-async def file_content(request: Request, file_id: FromPath[str]) -> Stream:
+async def file_content(
+    services: ServicesDependency, principal: PrincipalDependency, file_id: FromPath[str]
+) -> Stream:
     """The bytes as the store hands them out, a chunk at a time. The first chunk is read before the
     answer starts, so that an absent file (404) or a failing store (503) is an error object; every
     read of the database is over by then."""
-    principal = await authenticated(request)
-    services = services_of(request)
     async with services.sessions() as session:
         chunks = files.download_chunks(
             session, principal.team_id, path_id(file_id, "file_id"), store=services.file_store

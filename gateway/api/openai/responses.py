@@ -1,13 +1,14 @@
-"""POST /v1/responses, OpenAI's Responses API: documented here, served by the proxy pipeline
-(passed through or translated to chat per provider: gateway.dialects.responses.adapter)."""
+"""POST /v1/responses, OpenAI's Responses API: served by the front (gateway.api.front.proxy) and
+declared here for the OpenAPI document (passed through or translated to chat per provider:
+gateway.dialects.responses.adapter)."""
 
 from __future__ import annotations
 
-from litestar import Request, Response, post
-from litestar.response import Stream
+from litestar import post
+from litestar.types import ASGIApp
 
-from gateway.api.openai.inference import _proxy
-from gateway.api.openapi_bodies import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.api.front.proxy import FrontDependency
+from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema, openai_body
 from gateway.providers.base import Endpoint
 from gateway.schemas.responses import Response as ResponseObject
 from gateway.schemas.responses import ResponsesRequest
@@ -23,8 +24,9 @@ from gateway.schemas.responses import ResponsesRequest
         headers=DIRECTIVE_HEADERS,
     ),
 )
-async def create_response(request: Request) -> Response[bytes] | Stream:
-    return await _proxy(request, Endpoint.RESPONSES)
+async def create_response(front: FrontDependency) -> ASGIApp:
+    """Runs only for a spelling of the path the front does not take itself (a trailing slash)."""
+    return front.asgi(Endpoint.RESPONSES)
 
 
 RESPONSES_HANDLERS = [create_response]

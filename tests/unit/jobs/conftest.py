@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api.openai.batches import BATCH_JOB_HANDLERS
 from gateway.api.openai.files import FILE_HANDLERS
-from gateway.app import gateway_error_handler, http_error_handler
+from gateway.app import DEPENDENCIES, gateway_error_handler, http_error_handler
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
@@ -55,6 +55,7 @@ class Caller:
 def jobs_app(services: StandInServices) -> Litestar:
     return Litestar(
         route_handlers=[*FILE_HANDLERS, *BATCH_JOB_HANDLERS],
+        dependencies=DEPENDENCIES,
         exception_handlers={GatewayError: gateway_error_handler, HTTPException: http_error_handler},
         state=State({"services": services}),
         request_max_body_size=1024 * 1024,  # the gateway's own limit, below the upload route's

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api.admin import ADMIN_CONTROLLERS
+from gateway.app import DEPENDENCIES
 from gateway.auth.attempts import KeyAttempts
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
@@ -54,6 +55,7 @@ def render_gateway_error(_: Request, exc: GatewayError) -> Response[bytes]:  # t
 def admin_app(services: StandInServices) -> Litestar:
     return Litestar(
         route_handlers=ADMIN_CONTROLLERS,
+        dependencies=DEPENDENCIES,
         exception_handlers={GatewayError: render_gateway_error},
         state=State({"services": services}),
     )

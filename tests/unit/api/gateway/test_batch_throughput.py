@@ -22,7 +22,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.api.gateway.batches import BATCH_HANDLERS
-from gateway.app import gateway_error_handler, http_error_handler
+from gateway.app import DEPENDENCIES, gateway_error_handler, http_error_handler
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.migrate import upgrade_head_async
@@ -77,6 +77,7 @@ async def services(tmp_path: Path) -> AsyncIterator[StandInServices]:
 async def client(services: StandInServices) -> AsyncIterator[Client]:
     app = Litestar(
         route_handlers=BATCH_HANDLERS,
+        dependencies=DEPENDENCIES,
         exception_handlers={GatewayError: gateway_error_handler, HTTPException: http_error_handler},
         state=State({"services": services}),
     )
