@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from gateway.schemas.openai import MaxTokens, ModelName
+from gateway.schemas.openai import Count, MaxTokens, ModelName
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -245,10 +245,6 @@ StreamEvent = (
 # added later) parse rather than fail, and only the fields the gateway reads are decoded. The reply
 # Structs above are strict and tagged: they are what the gateway writes and documents (OpenAPI).
 
-# A count is judged by `gateway.providers.usage_bounds`: a wrong type makes the usage untrusted, not
-# the answer unreadable.
-Count = Any
-
 
 class UpstreamUsage(msgspec.Struct, frozen=True):
     input_tokens: Count = None
@@ -280,6 +276,19 @@ class UpstreamMessage(msgspec.Struct, frozen=True):
     stop_reason: str | None = None
     usage: UpstreamUsage | None = None
     error: UpstreamErrorObject | None = None
+
+
+class UpstreamErrorEnvelope(msgspec.Struct, frozen=True):
+    """An error body (`{"type": "error", "error": {...}}`)."""
+
+    error: UpstreamErrorObject | None = None
+
+
+class UpstreamEventType(msgspec.Struct, frozen=True):
+    """An event read for its type alone: deliberately partial, since a pass-through stream reads no
+    more of most events (their text deltas), and decoding them whole would cost it on each."""
+
+    type: str = ""
 
 
 class UpstreamTokenCount(msgspec.Struct, frozen=True):

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from gateway.schemas.openai import CacheControl, CacheRetention, MaxTokens, ModelName
+from gateway.schemas.openai import CacheControl, CacheRetention, Count, MaxTokens, ModelName
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -166,7 +166,6 @@ class ResponseUsage(msgspec.Struct, kw_only=True):
 # What the gateway reads of an upstream's usage: the same object as ResponseUsage, read leniently.
 # A count is judged by `gateway.providers.usage_bounds`: a wrong type makes the usage untrusted,
 # not the answer unreadable; ResponseUsage is what the gateway writes and documents (OpenAPI).
-Count = Any
 
 
 class UpstreamInputDetails(msgspec.Struct):
@@ -261,6 +260,17 @@ class Response(msgspec.Struct, kw_only=True):
 
 
 # --- stream events ----------------------------------------------------------------------------
+
+
+class UpstreamEventHead(msgspec.Struct):
+    """An upstream's event read for its type (and an `error` event's message) alone: deliberately
+    partial, since the pass-through reads no more of most events (their text deltas), and decoding
+    them whole would cost it on each."""
+
+    type: str = ""
+    message: str | None = None  # of an `error` event
+
+
 # Every event carries `sequence_number`, counted from 0 in the order the events are sent.
 
 

@@ -30,6 +30,7 @@ from gateway.schemas.anthropic import (
     MessagesRequest,
     UpstreamErrorObject,
     UpstreamEvent,
+    UpstreamEventType,
     UpstreamMessage,
     UpstreamUsage,
 )
@@ -38,11 +39,7 @@ from gateway.settings import Provider
 _DECODER = msgspec.json.Decoder(dict[str, Any])
 
 
-class _Typed(msgspec.Struct):
-    type: str = ""
-
-
-_TYPED = msgspec.json.Decoder(_Typed)  # most events need no more than their type
+_TYPED = msgspec.json.Decoder(UpstreamEventType)  # most events need no more than their type
 _EVENT_TYPE = re.compile(r"[a-z_]{1,64}")
 
 

@@ -24,17 +24,12 @@ from gateway.providers.cache_hints import apply_openai_hints
 from gateway.providers.errors import bad_response
 from gateway.providers.openai.adapter import OpenAIAdapter, hint_mode
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
-from gateway.schemas.responses import UpstreamInputDetails, UpstreamResponseUsage
+from gateway.schemas.responses import UpstreamEventHead, UpstreamInputDetails, UpstreamResponseUsage
 from gateway.settings import Provider, ProviderKind
 
 # Events that carry the whole Response; the last three end a stream.
 _LIFECYCLE = frozenset({"response.created", "response.queued", "response.in_progress"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-class _EventHead(msgspec.Struct):
-    type: str = ""
-    message: str | None = None  # of an `error` event
 
 
 def responses_usage(usage: UpstreamResponseUsage) -> TokenUsage:
@@ -147,7 +142,7 @@ class NativeResponsesStream:
         if data.strip() == b"[DONE]":  # not part of the Responses API; some servers add it anyway
             return []
         try:
-            head = msgspec.json.decode(data, type=_EventHead)
+            head = msgspec.json.decode(data, type=UpstreamEventHead)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise bad_response("a stream event is not a JSON object") from None
         if head.type == "error":

@@ -17,7 +17,13 @@ from gateway.errors import UpstreamError, UpstreamRateLimited, UpstreamUnavailab
 from gateway.providers.base import Pricing, TokenUsage, UpstreamResponse
 from gateway.providers.errors import UpstreamErrorDetail, bad_response
 from gateway.providers.usage_bounds import UntrustedUsage, bounded, reported_count
-from gateway.schemas.anthropic import UpstreamBlock, UpstreamErrorObject, UpstreamMessage, UpstreamUsage
+from gateway.schemas.anthropic import (
+    UpstreamBlock,
+    UpstreamErrorEnvelope,
+    UpstreamErrorObject,
+    UpstreamMessage,
+    UpstreamUsage,
+)
 from gateway.schemas.openai import (
     ChatCompletion,
     Choice,
@@ -67,10 +73,6 @@ def usage_object(usage: TokenUsage, cost: Decimal | None) -> Usage:
         ),
         cost=None if cost is None else format(cost, "f"),
     )
-
-
-class _ErrorEnvelope(msgspec.Struct):
-    error: UpstreamErrorObject | None = None
 
 
 def finish_reason(stop_reason: str | None, tool_calls: bool = True) -> FinishReason:
@@ -161,7 +163,7 @@ def _content(response: UpstreamMessage, reply: ReplyContext, answer: UpstreamBlo
 def anthropic_error_detail(body: bytes) -> UpstreamErrorDetail:
     """The type and message of an Anthropic error body; empty when the body is not one."""
     try:
-        envelope = msgspec.json.decode(body, type=_ErrorEnvelope)
+        envelope = msgspec.json.decode(body, type=UpstreamErrorEnvelope)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return UpstreamErrorDetail()
     if envelope.error is None:
