@@ -1,9 +1,9 @@
 """The Messages API (`POST /v1/messages`) at any provider: which adapter serves it there.
 
-Anthropic-kind providers get the request as the client sent it (`messages_native`); every other
-kind gets it translated to a chat completion for its own chat adapter (`messages_request`), and
-the chat answer translated back (`messages_response`, `messages_stream`). Either way the reply
-names the alias asked for and carries its cost (`usage.cost`).
+Anthropic-kind providers get the request as the client sent it (`native`); every other kind gets
+it translated to a chat completion for its own chat adapter (`request`), and the chat answer
+translated back (`response`, `stream`). Either way the reply names the alias asked for and carries
+its cost (`usage.cost`).
 """
 
 from __future__ import annotations

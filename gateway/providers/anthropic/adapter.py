@@ -1,7 +1,7 @@
 """The Anthropic adapter: chat completions translated to the Messages API and back.
 
-The translation itself lives in `anthropic_request`, `anthropic_response` and `anthropic_stream`;
-this module only joins them behind the ProviderAdapter Protocol.
+The translation itself lives in `request`, `response` and `stream`; this module joins them behind
+the ProviderAdapter Protocol, and says what every request to an Anthropic API carries (its headers).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 @dataclass(frozen=True, slots=True)
 class ReplyContext:
     """What a translated reply takes from its request: the alias to name, the price to charge, and
-    the tool whose input is the answer (`anthropic_structured`), if the client asked for JSON."""
+    the tool whose input is the answer (`structured`), if the client asked for JSON."""
 
     model: str
     tariff: Pricing | None = None
