@@ -4,7 +4,7 @@ PostgreSQL: usage_records becomes `PARTITION BY RANGE (created_at)`, one partiti
 (usage_records_2026_12 holds [2026-12-01, 2027-01-01) UTC) and a DEFAULT partition for a record
 no month partition takes (a clock far off), so the writer never loses a record to a missing
 partition. The months of the records already there and the current month with three ahead are
-created here; `gateway.metering.partitions` keeps creating them ahead from then on.
+created here; `gateway.metering.storage.partitions` keeps creating them ahead from then on.
 
 The primary key becomes (request_id, created_at): a unique key on a partitioned table must hold
 the partition key. It still skips every duplicate the writer sees: a usage event's created_at is
