@@ -147,7 +147,7 @@ class ErrorEnvelope(msgspec.Struct):
 class MeteredReply(msgspec.Struct):
     """What the pass-through path reads of a chat completion, completion, embedding or stream chunk:
     usage, an error, the model it names; `choices` left undecoded. Deliberately partial: every
-    answer is read this way, and decoding the choices would cost as much again."""
+    answer passed through is read this way, and its choices (the text) are most of its bytes."""
 
     usage: Usage | None = None
     choices: list[msgspec.Raw] | None = None
@@ -197,8 +197,9 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
 
 # --- an answer as the gateway counts its text (gateway.proxy.answer_text) -----------------------
 # A second view of chat completions and completions, read only to count their output when no usage
-# came with them. Every field optional and typed Any: the answer was already served to the client as it came, and
-# counting it must not fail on a field some server spells its own way (content as a list of parts).
+# came with them. Every field optional and typed Any: the answer was already served to the client
+# as it came, and counting it must not fail on a field some server spells its own way (content as a
+# list of parts).
 
 
 class CountedFunction(msgspec.Struct):
