@@ -1,12 +1,16 @@
-"""What a scrape reports with several workers: every worker's series, read from the metrics directory.
+"""What a scrape reports with several workers, beyond what prometheus_client's multiprocess mode reads.
 
-prometheus_client's `MultiProcessCollector` sums the counters and histograms of every worker that
-ran under this `gateway serve` (a dead worker's counts stay in the totals: a counter never goes
-back) and combines each gauge by its mode. The process metrics (`process_*`) are read from /proc
-for each worker still running, labelled by its `pid`, as the scrape is answered; the garbage
-collector's counts (`python_gc_*`) are summed over the workers, each writing its own (`GcCounts`);
-`python_info` is the same for every worker and reported once. A worker found gone has its
-per-process gauges (the `live*` modes) dropped, as `mark_process_dead` does.
+The mode (`MultiProcessCollector`) sums the counters and histograms of every worker that ran under
+this `gateway serve` (a dead worker's files stay, so its counts stay in the totals: a counter never
+goes back) and combines each gauge by its mode. What it cannot do is kept here:
+
+- It leaves out every collector of the process (`process_*`, `python_gc_*`, `python_info`). The
+  process metrics are read from /proc for each worker still running, labelled by its `pid`, as the
+  scrape is answered; the garbage collector's counts become counters of the mode (`GcCounts`), so
+  that they are summed over the workers; `python_info` is the same for every worker, reported once.
+- It learns that a worker has exited only from `mark_process_dead`, which the server is to call
+  (gunicorn's `child_exit` hook); uvicorn's supervisor has no such hook. A worker found gone when a
+  scrape is answered has its per-process gauges (the `live*` modes) dropped then.
 """
 
 from __future__ import annotations
@@ -16,25 +20,15 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal
 
-from prometheus_client import PlatformCollector, ProcessCollector
+from prometheus_client import Counter, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from gateway.metrics.store import SeriesStore
-
-# Each worker's own files of the series `gateway.metrics.instruments` keeps itself (gateway.metrics.store); the
-# library's own files of the same process are `counter_<pid>.db` and the like.
-_SERIES_FILE = "{kind}_gateway_{pid}.db"
-_WORKER_FILE = re.compile(r"histogram_gateway_(\d+)\.db")
-
-
-def series_file(directory: Path, kind: Literal["counter", "histogram"], pid: int) -> Path:
-    """Where worker `pid` keeps its own series of one metric type; the type leads the name, as
-    `MultiProcessCollector` reads it."""
-    return directory / _SERIES_FILE.format(kind=kind, pid=pid)
+# The library's file of a process's histograms: every worker has one from its start, where
+# `gateway.metrics.instruments.Metrics` makes its unlabelled histograms.
+_WORKER_FILE = re.compile(r"histogram_(\d+)\.db")
 
 
 def worker_pids(directory: Path) -> set[int]:
@@ -55,6 +49,9 @@ def is_running_worker(pid: int) -> bool:
 
 
 class ProcessGroupCollector(Collector):
+    """The registry's one collector with several workers: the mode's series of every worker, and
+    what the mode leaves out (above)."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._series = MultiProcessCollector(None, path=str(directory))  # type: ignore[no-untyped-call]
@@ -100,9 +97,9 @@ def labelled_by_pid(by_pid: dict[int, Iterable[Metric]]) -> list[Metric]:
 
 
 class GcCounts:
-    """A worker's garbage collector counts (the series of prometheus_client's `GCCollector`) in its
-    counters' file, so that a scrape sums them over the workers; a dead worker's last counts stay in
-    the sums, which never go back."""
+    """A worker's garbage collector counts (the series of prometheus_client's `GCCollector`) as
+    counters of the multiprocess mode: each publish adds what the collector did since the last, so
+    a scrape sums them over the workers; a dead worker's last counts stay in the sums."""
 
     SERIES = (
         ("python_gc_objects_collected", "Objects collected during gc", "collected"),
@@ -110,18 +107,22 @@ class GcCounts:
         ("python_gc_collections", "Number of times this generation was collected", "collections"),
     )
 
-    def __init__(self, store: SeriesStore) -> None:
-        self.store = store
-        self._slots: list[tuple[int, str, int]] = []  # (generation, gc.get_stats() key, slot)
-        for name, documentation, stat in self.SERIES:
-            for generation in range(len(gc.get_stats())):
-                labels = {"generation": str(generation)}
-                self._slots.append(
-                    (generation, stat, store.slot(name, f"{name}_total", labels, documentation))
-                )
+    def __init__(self) -> None:
+        generations = range(len(gc.get_stats()))
+        self._counters = [
+            (
+                generation,
+                stat,
+                Counter(name, documentation, ["generation"], registry=None).labels(str(generation)),
+            )
+            for name, documentation, stat in self.SERIES
+            for generation in generations
+        ]
+        self._published = [0] * len(self._counters)  # what each counter holds
 
     def publish(self) -> None:
         stats = gc.get_stats()
-        values = self.store.values
-        for generation, stat, slot in self._slots:
-            values[slot] = stats[generation][stat]
+        for i, (generation, stat, counter) in enumerate(self._counters):
+            count = stats[generation][stat]
+            counter.inc(count - self._published[i])
+            self._published[i] = count

@@ -195,7 +195,7 @@ def own_requests(pid: int) -> float:
     directory = next(
         v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")
     )
-    metrics = MultiProcessCollector.merge([f"{directory}/counter_gateway_{pid}.db"])  # type: ignore[no-untyped-call]
+    metrics = MultiProcessCollector.merge([f"{directory}/counter_{pid}.db"])  # type: ignore[no-untyped-call]
     return sum(
         s.value
         for m in metrics

@@ -19,8 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway import REPO
 
-# A worker: counts what its arguments say, then waits for a line on stdin: `scrape` prints the
-# exposition it renders, anything else (or the end of stdin) ends it.
+# A worker: counts what its arguments say, then waits for a line on stdin: `count MODEL N` counts
+# N more requests for MODEL, `scrape` prints the exposition it renders, anything else (or the end
+# of stdin) ends it.
 WORKER = """
 import sys
 from decimal import Decimal
@@ -28,25 +29,34 @@ from gateway.metering.events import UsageEvent, UsageSource
 from gateway.metrics.instruments import Metrics
 
 metrics = Metrics(sys.argv[1])
+
+def observe(model, requests):
+    for i in range(requests):
+        metrics.observe_event(UsageEvent(
+            request_id=f"req_{i}", created_at=0.0, team_id="t", key_id="k", model=model,
+            provider="up", region="r", deployment="up/chat", upstream_model="u",
+            endpoint="chat/completions", status=200, prompt_tokens=10, completion_tokens=2,
+            usage_source=UsageSource.UPSTREAM, cost=Decimal(0), uncached_cost=Decimal(0),
+            latency_ms=40.0,
+        ))
+
 requests, refused = int(sys.argv[2]), int(sys.argv[3])
-for i in range(requests):
-    metrics.observe_event(UsageEvent(
-        request_id=f"req_{i}", created_at=0.0, team_id="t", key_id="k", model="chat",
-        provider="up", region="r", deployment="up/chat", upstream_model="u",
-        endpoint="chat/completions", status=200, prompt_tokens=10, completion_tokens=2,
-        usage_source=UsageSource.UPSTREAM, cost=Decimal(0), uncached_cost=Decimal(0),
-        latency_ms=40.0,
-    ))
+observe("chat", requests)
 for _ in range(refused):
     metrics.count_refused("/v1/chat/completions", 401, "invalid_api_key")
 metrics.open_circuits.set(3)  # the same shared state, seen alike by every worker
 metrics.queue_depth.labels("up", "batch").set(2)  # this worker's own queue
 print("ready", flush=True)
 for line in sys.stdin:
-    if line.strip() != "scrape":
+    command = line.split()
+    if command[:1] == ["count"]:  # count MODEL REQUESTS
+        observe(command[1], int(command[2]))
+        print("counted", flush=True)
+    elif command == ["scrape"]:
+        sys.stdout.write(metrics.render().decode() + "\\n.\\n")
+        sys.stdout.flush()
+    else:
         break
-    sys.stdout.write(metrics.render().decode() + "\\n.\\n")
-    sys.stdout.flush()
 """
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -75,6 +85,18 @@ class Worker:
             for family in text_string_to_metric_families("".join(lines))
             for sample in family.samples
         }
+
+    def count(self, model: str, requests: int) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"count {model} {requests}\n")
+        self.process.stdin.flush()
+        assert self.process.stdout.readline() == "counted\n"
+
+    def end(self) -> None:
+        """Ends as a worker ends when told to: on its own, with its files closed."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        assert self.process.wait(timeout=30) == 0
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -144,3 +166,27 @@ def test_a_dead_workers_counts_stay_and_its_own_gauges_go(workers: list[Worker])
     assert series[("gateway_queue_depth", (("priority", "batch"), ("provider", "up")))] == 4
     assert str(gone.pid) not in pids(series, "process_resident_memory_bytes")
     assert pids(series, "process_resident_memory_bytes") == {str(workers[0].pid), str(workers[2].pid)}
+
+
+def test_a_workers_counts_are_never_lost_when_another_answers(tmp_path: Path) -> None:
+    """Series another worker made after this one started, moved between its scrapes, and kept once
+    that worker has ended."""
+    scraping, counting = Worker(tmp_path, 0, 0), Worker(tmp_path, 0, 0)
+    late = ("gateway_requests_total", (("model", "late"), ("provider", "up"), ("status", "200")))
+    tokens = ("gateway_tokens_total", (("kind", "completion"), ("model", "late"), ("provider", "up")))
+    try:
+        assert late not in scraping.scrape()
+        counting.count("late", 3)
+        assert scraping.scrape()[late] == 3
+        counting.count("late", 2)
+        series = scraping.scrape()
+        assert series[late] == 5
+        assert series[tokens] == 10
+        counting.end()
+        series = scraping.scrape()
+        assert series[late] == 5
+        assert series[tokens] == 10
+        assert series[("gateway_request_latency_seconds_count", (("provider", "up"),))] == 5
+    finally:
+        scraping.stop()
+        counting.stop()
