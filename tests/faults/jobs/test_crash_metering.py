@@ -21,7 +21,7 @@ from gateway.db.migrate import upgrade_head_async
 from gateway.db.session import create_engine, session_factory
 from tests.faults.conftest import FaultStack, StackFactory
 from tests.faults.records import records_of, report_gap
-from tests.integration.jobs_runner.conftest import Owner, add_job
+from tests.integration.jobs.conftest import Owner, add_job
 from tests.support.children import die_with_parent, stop
 from tests.unit.auth.records import add_key, add_team
 

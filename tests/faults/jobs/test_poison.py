@@ -21,8 +21,8 @@ from gateway.services import Services, open_services
 from gateway.settings import load_settings
 from tests.faults.conftest import FaultStack, StackFactory
 from tests.faults.records import records_of, report_gap
-from tests.integration.jobs_runner.conftest import Owner, add_job, job_row
-from tests.integration.jobs_runner.test_line_failures import POISON, BreakingUpstream
+from tests.integration.jobs.conftest import Owner, add_job, job_row
+from tests.integration.jobs.test_line_failures import POISON, BreakingUpstream
 from tests.unit.auth.records import add_key, add_team
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]

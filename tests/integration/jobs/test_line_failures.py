@@ -22,7 +22,7 @@ from gateway.jobs.ledger import LineOutcome, PendingLine
 from gateway.jobs.line_sender import BeginRun, LineRun
 from gateway.jobs.runner import MAX_LINE_FAILURES, JobRun, JobRunner
 from gateway.routing.directives import Directives
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     JOBS,
     MOCK_CATALOG,
     Owner,
@@ -32,7 +32,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
-from tests.integration.jobs_runner.test_runner_postgres import (
+from tests.integration.jobs.test_runner_postgres import (
     assert_one_line_per_custom_id,
     file_lines,
     run_to_end,

@@ -27,7 +27,7 @@ from gateway.limits import Reservation
 from gateway.limits.spend import to_units
 from gateway.services import Services
 from gateway.settings import Price
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     Owner,
     ServicesFactory,
     add_job,
@@ -35,8 +35,8 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
-from tests.integration.jobs_runner.test_job_limits import STOPS
-from tests.integration.jobs_runner.test_runner_postgres import (
+from tests.integration.jobs.test_job_limits import STOPS
+from tests.integration.jobs.test_runner_postgres import (
     FINAL,
     assert_one_line_per_custom_id,
     eventually,

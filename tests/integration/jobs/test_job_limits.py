@@ -19,7 +19,7 @@ from gateway.jobs.runner import JobRunner
 from gateway.limits import Reservation
 from gateway.services import Services
 from gateway.settings import Price
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     JOBS,
     MOCK,
     Owner,
@@ -29,7 +29,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
-from tests.integration.jobs_runner.test_runner_postgres import (
+from tests.integration.jobs.test_runner_postgres import (
     FINAL,
     assert_one_line_per_custom_id,
     eventually,

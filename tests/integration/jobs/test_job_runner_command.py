@@ -25,7 +25,7 @@ from gateway.db.session import create_engine, session_factory
 from gateway.services import open_services
 from gateway.settings import ConfigError, load_settings
 from tests.faults.stores import PrivateRedis
-from tests.integration.jobs_runner.conftest import Owner, add_job, chat_body, job_row
+from tests.integration.jobs.conftest import Owner, add_job, chat_body, job_row
 from tests.support.children import die_with_parent, stop
 from tests.support.stores import POSTGRES_ADMIN_URL, postgres_url
 from tests.support.upstream import RunningUpstream, mock_upstream_fixture

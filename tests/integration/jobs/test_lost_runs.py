@@ -17,7 +17,7 @@ from gateway.db.models import BatchJob
 from gateway.db.teams import utcnow
 from gateway.jobs.runner import JobRunner
 from gateway.services import Services
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     JOBS,
     Owner,
     ServicesFactory,
@@ -26,7 +26,7 @@ from tests.integration.jobs_runner.conftest import (
     chat_body,
     job_row,
 )
-from tests.integration.jobs_runner.test_runner_postgres import (
+from tests.integration.jobs.test_runner_postgres import (
     LOST,
     assert_one_line_per_custom_id,
     cancel,

@@ -26,7 +26,7 @@ from gateway.jobs.runner import JobRunner
 from gateway.metering.events import UsageEvent
 from gateway.services import Services
 from gateway.settings import JobSettings
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     JOBS,
     Owner,
     ServicesFactory,

@@ -22,7 +22,7 @@ from gateway.jobs.line_sender import BeginRun, LineRun
 from gateway.jobs.runner import JobRun, JobRunner
 from gateway.routing.directives import Directives
 from gateway.services import Services
-from tests.integration.jobs_runner.conftest import (
+from tests.integration.jobs.conftest import (
     JOBS,
     Owner,
     ServicesFactory,

@@ -1,1 +1,0 @@
-"""The batch job runner against real PostgreSQL."""
