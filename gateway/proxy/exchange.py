@@ -1,8 +1,7 @@
 """One proxied request from its headers and body to the answer's parts: `ProxyPipeline.run`.
 
-Shared by the ASGI front (`gateway.api.front.proxy`, the hot path) and the Litestar handlers
-(`gateway.api.openai.inference`, which document the endpoints and serve in-process clients). The pipeline is
-built where services are wired (`gateway.services`).
+Run by the ASGI front (`gateway.api.front.proxy`), which serves every proxied request. The pipeline
+is built where services are wired (`gateway.services`).
 """
 
 from __future__ import annotations
