@@ -1,7 +1,8 @@
 """The running gateway's collaborators, built once in the app lifespan and handed to handlers.
 
 `Services` is created by `open_services(settings)` and closed by `Services.aclose()`; handlers
-reach it through `services_of(request)`. Nothing here is a module-level global.
+declare it as the app's `services` dependency (`ServicesDependency`, provided by
+`provide_services`). Nothing here is a module-level global.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
 from litestar.params import SkipValidation
@@ -315,11 +315,6 @@ def _worker_writes(settings: Settings, buffer: UsageBuffer) -> UsageBuffer:
     if isinstance(buffer, RedisStreamBuffer) and settings.metering_writer in ("process", "external"):
         return buffer.spool
     return buffer
-
-
-def services_of(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
 
 
 # What a handler or another dependency declares to receive the services. Litestar checks a
