@@ -25,7 +25,7 @@ from gateway.schemas.responses import ResponsesRequest
     ),
 )
 async def create_response(front: FrontDependency) -> ASGIApp:
-    """Runs only for a spelling of the path the front does not take itself (a trailing slash)."""
+    # Runs only for a spelling of the path the front does not take itself (a trailing slash).
     return front.asgi(Endpoint.RESPONSES)
 
 
