@@ -20,9 +20,7 @@ from litestar import Litestar, Request, Response
 from litestar.di import Provide
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 
-from gateway.api.admin import ADMIN_CONTROLLERS
-from gateway.api.admin.providers import PROVIDER_HANDLERS
-from gateway.api.admin.usage import USAGE_HANDLERS as ADMIN_USAGE_HANDLERS
+from gateway.api.admin import ADMIN_HANDLERS
 from gateway.api.anthropic.messages import MESSAGES_HANDLERS
 from gateway.api.front.error_replies import (
     Asker,
@@ -181,10 +179,8 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *BATCH_HANDLERS,
             *FILE_HANDLERS,
             *BATCH_JOB_HANDLERS,
-            *ADMIN_USAGE_HANDLERS,
             *USAGE_HANDLERS,
-            *PROVIDER_HANDLERS,
-            *ADMIN_CONTROLLERS,
+            *ADMIN_HANDLERS,
             *OPS_HANDLERS,
             console_router(settings),
         ],
