@@ -31,7 +31,9 @@ _request_log = structlog.get_logger("gateway.proxy")
 
 def log_request(fields: dict[str, Any]) -> None:
     """The line logged for every proxied request: `fields`, then `event`, `level` and `timestamp`."""
-    _request_log.info("request", **fields)
+    # bind() hands out the cached bound logger; a method looked up on the lazy proxy itself would
+    # first miss as an attribute (an AttributeError raised and caught) on every line
+    _request_log.bind().info("request", **fields)
 
 
 def _json_bytes(event: EventDict, default: object = None) -> bytes:
