@@ -131,8 +131,8 @@ def quantity(value: str | int | float) -> float:
 
 
 def settings_env_names() -> set[str]:
-    """The GATEWAY_* variables gateway/settings.py reads (it is the only module that reads any)."""
-    return set(re.findall(r'"(GATEWAY_[A-Z0-9_]+)"', (REPO / "gateway" / "settings.py").read_text()))
+    """The GATEWAY_* variables gateway/settings/environment.py reads (it is the only module that reads any)."""
+    return set(re.findall(r'"(GATEWAY_[A-Z0-9_]+)"', (REPO / "gateway" / "settings" / "environment.py").read_text()))
 
 
 def secret_values(objects: tuple[Manifest, ...], name: str) -> dict[str, str]:
@@ -270,7 +270,7 @@ def test_only_variables_the_gateway_reads_are_set(overlay: str) -> None:
             else:
                 names |= set(secret_values(objects, source["secretRef"]["name"]))
         unknown = {n for n in names if n.startswith("GATEWAY_")} - known
-        assert not unknown, f"{container.where}: gateway/settings.py reads no {sorted(unknown)}"
+        assert not unknown, f"{container.where}: gateway/settings/environment.py reads no {sorted(unknown)}"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
