@@ -132,7 +132,9 @@ def quantity(value: str | int | float) -> float:
 
 def settings_env_names() -> set[str]:
     """The GATEWAY_* variables gateway/settings/environment.py reads (it is the only module that reads any)."""
-    return set(re.findall(r'"(GATEWAY_[A-Z0-9_]+)"', (REPO / "gateway" / "settings" / "environment.py").read_text()))
+    return set(
+        re.findall(r'"(GATEWAY_[A-Z0-9_]+)"', (REPO / "gateway" / "settings" / "environment.py").read_text())
+    )
 
 
 def secret_values(objects: tuple[Manifest, ...], name: str) -> dict[str, str]:

@@ -29,7 +29,16 @@ pytestmark = pytest.mark.integration
 
 # What building the wheel reads: copied away first, so the build leaves nothing in the checkout
 # (setuptools writes build/ and *.egg-info/ beside its sources).
-BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "gateway", "mock_upstream", "migrations")
+BUILD_INPUTS = (
+    "pyproject.toml",
+    "setup.py",
+    "MANIFEST.in",
+    "README.md",
+    "LICENSE",
+    "gateway",
+    "mock_upstream",
+    "migrations",
+)
 
 
 @pytest.fixture(scope="module")
