@@ -42,7 +42,7 @@ RUNNING = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 
 
 @dataclass(frozen=True, slots=True)
-class BatchLine:
+class BatchRow:
     """A batch as the list shows it: what `team_batches` lists, and its totals."""
 
     batch: TeamBatch
@@ -155,7 +155,7 @@ async def _job_records(session: AsyncSession, team_id: str, jobs: list[Batch]) -
     return found
 
 
-async def _batches(session: AsyncSession, team_id: str, after: str | None) -> tuple[list[BatchLine], bool]:
+async def _batches(session: AsyncSession, team_id: str, after: str | None) -> tuple[list[BatchRow], bool]:
     listed, more = await team_batches(session, team_id, limit=BATCHES_A_PAGE, after=after)
     if not listed:
         return [], more
@@ -163,7 +163,7 @@ async def _batches(session: AsyncSession, team_id: str, after: str | None) -> tu
     since = min(batch.created_at for batch in listed)
     rows = await usage_report(session, UsageQuery(start=since, team_id=team_id, group_by=("batch",)))
     totals = {row.batch_id: row for row in rows}
-    return [BatchLine(batch, totals.get(batch.id, UsageRow())) for batch in listed], more
+    return [BatchRow(batch, totals.get(batch.id, UsageRow())) for batch in listed], more
 
 
 @get("/batches")
