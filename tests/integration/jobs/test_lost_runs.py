@@ -48,15 +48,23 @@ def upstream() -> Iterator[RunningUpstream]:
     yield from mock_upstream_fixture(latency_ms=400)  # a run spends nearly all its time upstream
 
 
-async def killed_mid_job(services: Services, job_id: str) -> None:
-    """Run the job until some lines are stored, then stop its runner as a SIGKILL would: no more
-    renewals, nothing released, the runs in flight cut off."""
+async def killed_mid_job(services: Services, job_id: str, upstream: RunningUpstream) -> None:
+    """Run the job until some lines are stored and the next runs have reached the upstream, then
+    stop its runner as a SIGKILL would: no more renewals, nothing released, the runs in flight cut
+    off. (A run written down but killed before its request left is recorded as lost too, though
+    nothing served it: the kill waits for the upstream so the served count is exact.)"""
     runner = JobRunner(services, owner="killed")
     task = asyncio.create_task(runner.run())
     await eventually(lambda: finished_lines_at_least(services.sessions, job_id, 2 * IN_FLIGHT))
+    await eventually(lambda: reached_upstream(upstream, 3 * IN_FLIGHT))
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def reached_upstream(upstream: RunningUpstream, count: int) -> bool:
+    stats = await asyncio.to_thread(upstream.stats)
+    return int(stats["total"]) >= count
 
 
 async def expire(services: Services, job_id: str) -> None:
@@ -73,7 +81,7 @@ async def test_runs_in_flight_at_a_kill_are_recorded_once_whatever_ends_the_job(
     job_id = await add_job(services.sessions, owner, [chat_body(n) for n in range(LINES)])
     upstream.clear()
 
-    await killed_mid_job(services, job_id)
+    await killed_mid_job(services, job_id, upstream)
     if then == "cancelled":
         await cancel(services.sessions, job_id)
     elif then == "expired":
