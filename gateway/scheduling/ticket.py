@@ -14,6 +14,11 @@ class Ticket:
     priority: Priority
     prompt_tokens: int  # estimated from the body: charged to the team when it is dispatched
     tokens: int  # prompt plus the output it may produce: what it holds of max_tokens_in_flight
+    # The prompt's shared leading part, when it has one: a key naming it (the same text gives the
+    # same key in every process) and its estimated tokens. A server with a prefix cache holds such
+    # a prefix once for every request in flight that starts with it.
+    prefix: str | None = None
+    prefix_tokens: int = 0
 
 
 UNSCHEDULED = Ticket(team_id="", weight=1.0, priority=Priority.INTERACTIVE, prompt_tokens=0, tokens=0)
