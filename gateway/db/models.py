@@ -1,6 +1,7 @@
 """Tables: teams, their API keys (hashes only), one usage record per upstream request and their
 daily totals, the usage events the database refused (dead letters), which team created which
-response id; the Files and Batch APIs' files, jobs and their lines."""
+response id, the Responses the gateway stores; the Files and Batch APIs' files, jobs and their
+lines."""
 
 from __future__ import annotations
 
@@ -170,6 +171,27 @@ class ResponseOwner(Base):
     response_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     team_id: Mapped[str] = mapped_column(String(40))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class StoredResponse(Base):
+    """A Response kept for its team (`store: true`, OpenAI's default), on any provider: what
+    `GET /v1/responses/{id}` reads and what a `previous_response_id` continues
+    (gateway.dialects.responses.store). Keyed by team and id, so that no query can read another
+    team's. Written off the request path; purged once past the retention (`created_at`)."""
+
+    __tablename__ = "stored_responses"
+    __table_args__ = (Index("ix_stored_responses_created", "created_at"),)
+
+    team_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    response_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    model: Mapped[str] = mapped_column(String(200))
+    # the response this one continues: the conversation is its chain, walked back
+    previous_response_id: Mapped[str | None] = mapped_column(String(255), default=None)
+    # the provider that stores the Response too (its Responses API served natively), else None
+    upstream_provider: Mapped[str | None] = mapped_column(String(200), default=None)
+    input_items: Mapped[str] = mapped_column(Text)  # this request's own input items, as JSON
+    response: Mapped[str] = mapped_column(Text)  # the Response as answered, as JSON
 
 
 class StoredFile(Base):
