@@ -73,6 +73,9 @@ class Settings(msgspec.Struct, frozen=True):
     # whole months of usage records kept before the current one; None: kept forever. Older months
     # are dropped once usage_daily holds their totals (gateway.metering.storage.retention)
     usage_retention_months: int | None = None
+    # days a stored Response (`store: true`) is kept; older ones are purged every few minutes
+    # (gateway.dialects.responses.store)
+    responses_retention_days: int = 30
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
@@ -146,6 +149,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         database_read_url=database_read_url,
         usage_partitions_ahead=partitions_ahead,
         usage_retention_months=_positive_int_env(env, "GATEWAY_USAGE_RETENTION_MONTHS"),
+        responses_retention_days=_positive_int_env(env, "GATEWAY_RESPONSES_RETENTION_DAYS") or 30,
         host=env.get("GATEWAY_HOST", "127.0.0.1"),
         port=_port_env(env, "GATEWAY_PORT", 8080),
         workers=_int_env(env, "GATEWAY_WORKERS", 1),
