@@ -163,14 +163,23 @@ async def wait_until_answers(process: Process, url: str, timeout_s: float = 30.0
     raise RuntimeError(f"{process.name} did not answer {url} within {timeout_s:.0f} s; see {process.log}")
 
 
+def _flag(key: str, value: float | int) -> str:
+    """The simulator's flag for one engine setting; a bool is a switch (`--x` or `--no-x`)."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name}={value}"
+
+
 class Simulator:
-    """The simulated vLLM: `engine` holds its flags (max_num_seqs=..., time_scale=...)."""
+    """The simulated vLLM: `engine` holds its flags (max_num_seqs=..., time_scale=...,
+    share_prefix_blocks=False)."""
 
     def __init__(self, workdir: Path, engine: dict[str, float | int], replicas: int = 1) -> None:
         self.port = free_port()
         self.replicas = replicas
         self.engine = engine
-        flags = [f"--{key.replace('_', '-')}={value}" for key, value in engine.items()]
+        flags = [_flag(key, value) for key, value in engine.items()]
         command = [
             *GATEWAY,
             "mock-upstream",

@@ -17,6 +17,7 @@ _HELP = {
     "decode_growth": "a step's decode time grows by this share per running sequence",
     "time_scale": "multiplies every step's duration (0.01: 100 times faster)",
     "default_max_tokens": "output tokens of a request without max_tokens",
+    "share_prefix_blocks": "prefix caching: sequences whose prompts open alike share KV blocks",
 }
 
 
@@ -24,11 +25,13 @@ def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("--engine vllm")
     for config_field in fields(EngineConfig):
         flag = "--" + config_field.name.replace("_", "-")
-        kind = int if isinstance(config_field.default, int) else float
         default = config_field.default
-        group.add_argument(
-            flag, type=kind, default=default, help=f"{_HELP[config_field.name]} (default {default})"
-        )
+        help_text = f"{_HELP[config_field.name]} (default {default})"
+        if isinstance(default, bool):  # before int: a bool is an int; --x and --no-x
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            continue
+        kind = int if isinstance(default, int) else float
+        group.add_argument(flag, type=kind, default=default, help=help_text)
     group.add_argument(
         "--replicas", type=int, default=1, help="engines served under /r0 ... /r{N-1} (default 1)"
     )

@@ -1,5 +1,6 @@
 """The simulated vLLM's engine core: continuous batching over a paged KV cache with a prefix
-cache, one scheduler iteration per `step()`. Pure: no I/O, the clock is injected.
+cache (`share_prefix_blocks`, vLLM's prefix caching), one scheduler iteration per `step()`. Pure:
+no I/O, the clock is injected.
 
 Each step schedules the running sequences in admission order (a decode token each, or a chunk of
 their prefill within `max_num_batched_tokens`), preempting the most recently admitted one when a
@@ -33,6 +34,10 @@ class EngineConfig:
     decode_growth: float = 0.01  # each running sequence makes a step this much longer
     time_scale: float = 1.0  # multiplies every step's duration
     default_max_tokens: int = 16
+    # vLLM's prefix caching (on by default since V1): running sequences whose prompts open alike
+    # hold the same KV blocks, and a prompt's cached blocks are not prefilled again. Off, every
+    # sequence allocates and prefills its whole prompt.
+    share_prefix_blocks: bool = True
 
 
 @dataclass(slots=True, eq=False)  # compared by identity
@@ -145,6 +150,7 @@ class Engine:
             if reserved:
                 budget -= count if prefilling else 0
                 scheduled.append((sequence, count))
+                self._register_full_blocks(sequence, sequence.computed + count)
         if not preempted:  # as vLLM: no new admissions in a step that had to preempt
             self._admit(budget, scheduled)
         self.stats.max_running = max(self.stats.max_running, len(self.running))
@@ -184,7 +190,8 @@ class Engine:
             sequence = self.waiting[0]
             # At least one token is computed, so a fully cached prompt still samples.
             hit_limit = (sequence.prefill_end - 1) // block_size
-            hits = self.kv.lookup(sequence.prompt.block_hashes[:hit_limit])
+            sharing = self.config.share_prefix_blocks
+            hits = self.kv.lookup(sequence.prompt.block_hashes[:hit_limit]) if sharing else []
             computed = len(hits) * block_size
             count = min(sequence.prefill_end - computed, budget)
             fresh = self.kv.allocate(math.ceil((computed + count) / block_size) - len(hits))
@@ -196,11 +203,12 @@ class Engine:
             if sequence.cached_tokens is None:
                 sequence.cached_tokens = computed
                 self.stats.prompt_tokens += sequence.prompt.tokens
-            self.stats.prefix_cache_queries += sequence.prefill_end
+            self.stats.prefix_cache_queries += sequence.prefill_end if sharing else 0
             self.stats.prefix_cache_hits += computed
             self.running.append(sequence)
             budget -= count
             scheduled.append((sequence, count))
+            self._register_full_blocks(sequence, computed + count)
 
     def _run(self, scheduled: list[tuple[Sequence, int]]) -> StepOutcome:
         prefilled = 0
@@ -209,7 +217,6 @@ class Engine:
             if sequence.computed < sequence.prefill_end:
                 prefilled += count
             sequence.computed += count
-            self._register_full_blocks(sequence)
             if sequence.computed >= sequence.prefill_end:
                 events.append(self._sample(sequence))
         config = self.config
@@ -224,9 +231,14 @@ class Engine:
         stats.last_step_at = self.clock()
         return StepOutcome(simulated * config.time_scale, len(scheduled), prefilled, events)
 
-    def _register_full_blocks(self, sequence: Sequence) -> None:
+    def _register_full_blocks(self, sequence: Sequence, computed: int) -> None:
+        """Make the prompt's blocks full once `computed` tokens are, findable. As vLLM V1 does,
+        at scheduling: a sequence admitted later in the same step already shares them, the step
+        writing every block's KV before its attention reads any."""
+        if not self.config.share_prefix_blocks:  # no prefix cache: no block is ever found again
+            return
         hashes = sequence.prompt.block_hashes
-        full = min(sequence.computed // self.config.block_size, len(hashes))
+        full = min(computed // self.config.block_size, len(hashes))
         for index in range(sequence.registered, full):
             self.kv.register(sequence.blocks[index], hashes[index])
         sequence.registered = max(sequence.registered, full)

@@ -10,6 +10,23 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from mock_upstream.vllm.engine import Engine
 
+# What vLLM reports of memory it does not simulate: the fraction of GPU memory it was given and
+# the KV cache's element type (`auto`: the model's).
+GPU_MEMORY_UTILIZATION = 0.9
+CACHE_DTYPE = "auto"
+
+
+def cache_config_labels(engine: Engine) -> dict[str, str]:
+    """`vllm:cache_config_info`'s labels: the cache config as strings, as vLLM renders them."""
+    config = engine.config
+    return {
+        "block_size": str(config.block_size),
+        "cache_dtype": CACHE_DTYPE,
+        "enable_prefix_caching": str(config.share_prefix_blocks),
+        "gpu_memory_utilization": str(GPU_MEMORY_UTILIZATION),
+        "num_gpu_blocks": str(config.num_gpu_blocks),
+    }
+
 
 class EngineCollector:
     """Reads the engine at each scrape; counters are the engine's stats (reset with them)."""
@@ -36,6 +53,12 @@ class EngineCollector:
             ("vllm:prompt_tokens", "Prompt tokens of the admitted requests.", stats.prompt_tokens),
             ("vllm:generation_tokens", "Generated tokens.", stats.generation_tokens),
         )
+        labels = cache_config_labels(engine)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(labels)
+        )
+        info.add_metric(list(labels.values()), 1.0)
+        yield info
         for name, documentation, value in gauges:
             gauge = GaugeMetricFamily(name, documentation, labels=["model_name"])
             gauge.add_metric([self.model], value)

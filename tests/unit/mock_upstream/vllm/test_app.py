@@ -12,9 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mock_upstream.vllm.app import SimulatedVllmApp, create_simulator_app
 from mock_upstream.vllm.engine import EngineConfig
+from mock_upstream.vllm.tokens import prompt_blocks, prompt_text
 
 SYSTEM = {"role": "system", "content": "You answer briefly and precisely. " * 30}
 VLLM_METRICS = {
+    "vllm:cache_config_info",
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "vllm:kv_cache_usage_perc",
@@ -79,6 +81,33 @@ async def test_metrics_parse_and_replicas_are_independent(client: httpx.AsyncCli
     assert (await client.get("/_sim/stats")).json()["generation_tokens"] == 0  # replica 0
     assert (await client.delete("/r1/_sim/stats")).status_code == 204
     assert (await client.get("/r1/_sim/stats")).json()["generation_tokens"] == 0
+
+
+def metric_lines(text: str) -> dict[str, str]:
+    """Each sample's line by its name and labels."""
+    return {line.rsplit(" ", 1)[0]: line for line in text.splitlines() if not line.startswith("#")}
+
+
+@pytest.mark.parametrize("sharing", [True, False])
+async def test_metrics_carry_the_cache_config_and_counters_as_vllm_names_them(sharing: bool) -> None:
+    config = EngineConfig(time_scale=0.0, num_gpu_blocks=8600, share_prefix_blocks=sharing)
+    app = create_simulator_app(config)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
+        await client.post("/v1/chat/completions", json=chat("lines?", max_tokens=2))
+        lines = metric_lines((await client.get("/metrics")).text)
+    await app.close()
+    info = (
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",'
+        f'enable_prefix_caching="{sharing}",gpu_memory_utilization="0.9",num_gpu_blocks="8600"}}'
+    )
+    assert lines[info] == f"{info} 1.0"
+    model = '{model_name="sim-vllm"}'
+    prompt_tokens = prompt_blocks("m", prompt_text(chat("lines?")["messages"]), 16).tokens
+    assert lines[f"vllm:prompt_tokens_total{model}"] == f"vllm:prompt_tokens_total{model} {prompt_tokens:.1f}"
+    assert lines[f"vllm:generation_tokens_total{model}"] == f"vllm:generation_tokens_total{model} 2.0"
+    assert lines[f"vllm:num_preemptions_total{model}"] == f"vllm:num_preemptions_total{model} 0.0"
+    for gauge in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert lines[f"{gauge}{model}"] == f"{gauge}{model} 0.0"
 
 
 async def test_bad_requests_get_openai_errors(client: httpx.AsyncClient) -> None:

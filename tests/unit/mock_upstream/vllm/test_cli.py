@@ -25,3 +25,11 @@ def test_vllm_flags_become_the_engine_config() -> None:
                  "--replicas", "3")  # fmt: skip
     assert args.engine == "vllm" and args.replicas == 3
     assert config_from_args(args) == EngineConfig(max_num_seqs=64, block_size=32, time_scale=0.01)
+
+
+def test_prefix_sharing_is_on_by_default_and_has_a_negative_flag() -> None:
+    assert config_from_args(parse("--engine", "vllm")).share_prefix_blocks is True
+    assert (
+        config_from_args(parse("--engine", "vllm", "--no-share-prefix-blocks")).share_prefix_blocks is False
+    )
+    assert config_from_args(parse("--engine", "vllm", "--share-prefix-blocks")).share_prefix_blocks is True

@@ -93,3 +93,36 @@ def test_stats_rates_use_the_injected_clock() -> None:
     assert (sim.stats.started_at, sim.stats.last_step_at) == (10.0, 12.0)
     sim.reset_stats()
     assert sim.stats.generation_tokens == 0 and sim.stats.started_at is None
+
+
+def hold_four_sequences_of_one_prefix(share_prefix_blocks: bool) -> Engine:
+    """Four prompts opening with SYSTEM, admitted in one step and all running when it has run."""
+    sim = Engine(EngineConfig(time_scale=0.0, share_prefix_blocks=share_prefix_blocks), clock=lambda: 0.0)
+    for i in range(4):
+        sim.add(f"r{i}", prompt_blocks("m", SYSTEM + f"question {i}", 16), 8)
+    assert sim.step() is not None
+    assert len(sim.running) == 4
+    return sim
+
+
+def test_sharing_sequences_hold_a_common_prefix_once() -> None:
+    sim = hold_four_sequences_of_one_prefix(share_prefix_blocks=True)
+    shared_blocks = len(SYSTEM) // 4 // 16
+    own_blocks = [len(sequence.blocks) - shared_blocks for sequence in sim.running]
+    assert sim.kv.used_blocks == shared_blocks + sum(own_blocks)
+    assert len({tuple(sequence.blocks[:shared_blocks]) for sequence in sim.running}) == 1
+    assert [sequence.cached_tokens for sequence in sim.running] == [0] + [shared_blocks * 16] * 3
+    assert sim.stats.prefix_cache_hits == 3 * shared_blocks * 16
+
+
+def test_without_sharing_each_sequence_holds_and_prefills_its_whole_prompt() -> None:
+    sim = hold_four_sequences_of_one_prefix(share_prefix_blocks=False)
+    assert sim.kv.used_blocks == sum(len(sequence.blocks) for sequence in sim.running)
+    assert all(len(sequence.blocks) == -(-sequence.prompt.tokens // 16) for sequence in sim.running)
+    assert len({block for sequence in sim.running for block in sequence.blocks}) == sim.kv.used_blocks
+    assert sim.stats.prefill_tokens == sum(sequence.prompt.tokens for sequence in sim.running)
+    assert sim.stats.prefix_cache_hits == 0 and all(sequence.cached_tokens == 0 for sequence in sim.running)
+    run(sim)
+    again = sim.add("again", prompt_blocks("m", SYSTEM + "question 0", 16), 1)  # after all have ended
+    run(sim)
+    assert again.cached_tokens == 0
