@@ -74,6 +74,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # "chat" (translated to its chat completions API); "auto" = native for Azure and
     # api.openai.com, chat for every other provider (gateway.dialects.responses.adapter)
     responses_api: str = "auto"
+    # What a request translated to chat does with a built-in Responses tool the client did not mark
+    # optional (web_search, file_search, code_interpreter...): "refuse" (a 400 naming the tool) or
+    # "drop" (served without it, named in `x-gateway-dropped-tools`; gateway.dialects.responses.tools)
+    responses_builtin_tools: str = "refuse"
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -295,6 +299,7 @@ def _check_batch_execution(provider: Provider, where: str) -> None:
 
 
 RESPONSES_APIS = ("auto", "native", "chat")
+BUILTIN_TOOL_RULES = ("refuse", "drop")
 # The provider kinds that may serve the Responses API themselves
 NATIVE_RESPONSES_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE)
 
@@ -302,6 +307,8 @@ NATIVE_RESPONSES_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE)
 def _check_responses_api(provider: Provider, where: str) -> None:
     if provider.responses_api not in RESPONSES_APIS:
         raise ConfigError(f"{where}.responses_api: must be auto, native or chat")
+    if provider.responses_builtin_tools not in BUILTIN_TOOL_RULES:
+        raise ConfigError(f"{where}.responses_builtin_tools: must be refuse or drop")
     if provider.responses_api == "native" and provider.kind not in NATIVE_RESPONSES_KINDS:
         raise ConfigError(
             f"{where}.responses_api: native needs a provider of kind openai or azure, not "
