@@ -245,9 +245,9 @@ class Response(msgspec.Struct, kw_only=True):
     model: str
     output: list[OutputItem]
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     reasoning: ReasoningEcho = msgspec.field(default_factory=ReasoningEcho)
-    store: bool = False  # nothing is stored: the gateway keeps no response state
+    store: bool = False  # kept for the team (gateway.dialects.responses.store); the request's, true if absent
     temperature: float | None = None
     text: TextEcho = msgspec.field(default_factory=lambda: TextEcho(format=TextFormatEcho(type="text")))
     tool_choice: str | dict[str, Any] = "auto"

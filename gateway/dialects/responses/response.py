@@ -125,6 +125,8 @@ def new_response(
         ],
         top_p=request.top_p,
         truncation=request.truncation or "disabled",
+        previous_response_id=request.previous_response_id,
+        store=request.store is not False,  # OpenAI's default; the gateway keeps it (responses.store)
         usage=usage,
         user=request.user if request.user is not None else UNSET,
         metadata=request.metadata or {},
