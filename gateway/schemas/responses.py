@@ -45,19 +45,24 @@ class InputItem(msgspec.Struct, frozen=True, omit_defaults=True):
     name: str | None = None
     arguments: str | None = None
     output: str | list[InputPart] | None = None
+    namespace: str | None = None  # of a function_call: the namespace tool its function belongs to
     id: str | None = None
     status: str | None = None
     cache_control: CacheControl | None = None
 
 
 class ResponsesTool(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A tool: `function` (flat, unlike chat's) or a built-in one (web_search, file_search...)."""
+    """A tool: `function` (flat, unlike chat's), `namespace` (a named group of function tools,
+    called by the function's name with the group's as `namespace`) or a built-in one (web_search,
+    file_search...)."""
 
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    tools: list[ResponsesTool] | None = None  # a namespace's own
+    external_web_access: bool | None = None  # web_search: false allows cached results only
     cache_control: CacheControl | None = None
 
 
@@ -138,6 +143,7 @@ class FunctionCallItem(msgspec.Struct, kw_only=True, tag_field="type", tag="func
     call_id: str
     name: str
     arguments: str
+    namespace: str | UnsetType = UNSET  # the namespace tool `name` belongs to, if any
 
 
 OutputItem = OutputMessage | FunctionCallItem
@@ -214,6 +220,17 @@ class FunctionToolEcho(msgspec.Struct, kw_only=True, tag_field="type", tag="func
     strict: bool = False
 
 
+class NamespaceToolEcho(msgspec.Struct, kw_only=True, tag_field="type", tag="namespace"):
+    """A namespace tool as a Response repeats it back."""
+
+    name: str
+    description: str = ""
+    tools: list[FunctionToolEcho]
+
+
+ToolEcho = FunctionToolEcho | NamespaceToolEcho
+
+
 class TextFormatEcho(msgspec.Struct, kw_only=True, omit_defaults=True):
     type: str
     name: str | None = None
@@ -251,7 +268,7 @@ class Response(msgspec.Struct, kw_only=True):
     temperature: float | None = None
     text: TextEcho = msgspec.field(default_factory=lambda: TextEcho(format=TextFormatEcho(type="text")))
     tool_choice: str | dict[str, Any] = "auto"
-    tools: list[FunctionToolEcho] = []
+    tools: list[ToolEcho] = []
     top_p: float | None = None
     truncation: str = "disabled"
     usage: ResponseUsage | UnsetType = UNSET  # left out until known, and when not believed
