@@ -58,6 +58,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     connect_timeout_s: float = 10.0
     api_version: str = "2024-10-21"  # azure only
     anthropic_version: str = "2023-06-01"  # anthropic only
+    # anthropic only: which of a Messages client's `anthropic-beta` values are forwarded (None:
+    # every one; a list: those named, the others dropped; empty: none), after the provider's own
+    # `anthropic-beta` from `headers` (gateway.dialects.messages.betas)
+    anthropic_betas: tuple[str, ...] | None = None
     # How prompt-cache hints are forwarded: "openai" (prompt_cache_key, cache_control removed),
     # "pass" (forward as sent), "strip" (remove all hints); "auto" = openai for OpenAI and Azure,
     # strip for other OpenAI-compatible servers (vLLM, SGLang...).
