@@ -40,13 +40,19 @@ class Readiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     reason: str | None = None  # why no request can be served, when status is unavailable
 
 
-@get("/healthz", include_in_schema=True, operation_class=documented(response=json_schema(Liveness)))
+# /health too: the path vLLM, SGLang and TGI answer it on, which benchmark clients probe before
+# they start.
+@get(
+    ["/healthz", "/health"],
+    include_in_schema=True,
+    operation_class=documented(response=json_schema(Liveness)),
+)
 async def healthz() -> Response[bytes]:
     return Response(msgspec.json.encode(Liveness()), media_type=JSON)
 
 
 # Plain text: a JSON response without a body would announce the length of `null`.
-@head("/healthz", include_in_schema=False, media_type=MediaType.TEXT)
+@head(["/healthz", "/health"], include_in_schema=False, media_type=MediaType.TEXT)
 async def healthz_head() -> None:
     """Liveness for probes that ask with HEAD (load balancers): 200, no body."""
 

@@ -16,7 +16,7 @@ from gateway.api.openapi import ADMIN_KEY, TEAM_KEY, TEAM_KEY_HEADER
 from tests.unit.api.bad_parameters import Gateway, gateway
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
-OPERATORS = ("/healthz", "/readyz", "/metrics")
+OPERATORS = ("/healthz", "/health", "/readyz", "/metrics")
 REPORT = ("start", "end", "group_by", "team_id", "key_id", "model", "provider", "batch")
 
 
@@ -100,7 +100,7 @@ async def test_each_operation_asks_for_the_key_its_path_takes(document: dict[str
         else:
             assert path in OPERATORS and schemes == [], (method, path)
         seen.add(path.split("/")[1])
-    assert seen == {"admin", "v1", "healthz", "readyz", "metrics"}
+    assert seen == {"admin", "v1", "healthz", "health", "readyz", "metrics"}
 
 
 async def test_the_usage_parameters_are_typed_and_described(document: dict[str, Any]) -> None:

@@ -66,3 +66,14 @@ async def test_a_database_never_reached_leaves_no_one_to_authenticate(tmp_path: 
             "/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer sk-gw-" + "a" * 40}
         )
         assert refused.status_code == 503  # no key can be verified: unready told the truth
+
+
+async def test_health_answers_as_healthz_does_for_the_benchmark_clients_that_probe_it(tmp_path: Path) -> None:
+    settings = fuzz_settings(tmp_path / "store")
+    async with AsyncTestClient(app=create_app(settings)) as client:
+        for method in ("GET", "HEAD"):
+            healthz = await client.request(method, "/healthz")
+            health = await client.request(method, "/health")
+            assert (health.status_code, health.content) == (healthz.status_code, healthz.content), method
+            assert health.status_code == 200
+        assert (await client.get("/health")).json() == {"status": "ok"}
