@@ -46,6 +46,13 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # A cache key's replica is skipped once its load passes this multiple of the mean
     # (consistent hashing with bounded loads)
     affinity_load_bound: float = 1.5
+    # A request without a cache key meets the replica that served its prompt's leading part: this
+    # many leading tokens (~4 bytes each) are hashed for it (0: off, such requests go to the
+    # least-loaded replica)
+    prefix_affinity_tokens: int = 8192
+    # How long a conversation (a prompt_cache_key, a previous_response_id chain, a Messages API
+    # metadata.user_id) keeps preferring the deployment and replica that served it last
+    conversation_ttl_s: float = 600.0
     metrics_interval_s: float = 0.1  # how often a `load_metrics` replica's /metrics is read
     metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
     # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
@@ -115,6 +122,8 @@ def check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
         "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
         "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
         "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
+        "scheduling.prefix_affinity_tokens": 0 <= scheduling.prefix_affinity_tokens <= 1_000_000,
+        "scheduling.conversation_ttl_s": scheduling.conversation_ttl_s >= 0,
         "scheduling.metrics_interval_s": scheduling.metrics_interval_s > 0,
         "scheduling.metrics_stale_s": scheduling.metrics_stale_s > scheduling.metrics_interval_s,
         "scheduling.target_waiting": scheduling.target_waiting >= 0,
