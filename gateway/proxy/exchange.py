@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from gateway.auth.key_cache import KeyCache
 from gateway.auth.principal import Principal
+from gateway.dialects.responses.adapter import dropped_tools_header
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import GatewayError, QueueFull, QueueTimeout
 from gateway.limits import Limiter, Reservation, Reservations
@@ -26,6 +27,7 @@ from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.scheduling.ticket import Ticket
+from gateway.schemas.responses import ResponsesRequest
 from gateway.settings import LimitSettings
 from gateway.telemetry import Telemetry
 
@@ -182,6 +184,8 @@ class ProxyPipeline:
         overhead = time.perf_counter() - ctx.started - ctx.attempts.upstream_s - ctx.attempts.queue_s
         self.metrics.observe_overhead(overhead)  # a stream's: up to its first frames
         answer = gateway_headers(exchange.request_id, outcome.deployment, overhead, ctx.attempts.queue_s)
+        if isinstance(parsed.typed, ResponsesRequest) and parsed.typed.tools:  # built-in tools left out
+            answer |= dropped_tools_header(parsed.typed, outcome.deployment.provider)
         if isinstance(outcome, OpenStream):
             relay = self.proxy.relay(ctx, outcome)
             relay.slot = slot

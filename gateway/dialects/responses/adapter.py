@@ -21,6 +21,7 @@ from gateway.dialects.responses.native import NativeResponsesAdapter
 from gateway.dialects.responses.request import responses_request, to_chat_request
 from gateway.dialects.responses.response import IdSource, random_id, response_from_chat
 from gateway.dialects.responses.stream import ChatToResponsesStream
+from gateway.dialects.responses.tools import dropped_header, dropped_tools
 from gateway.errors import UpstreamError
 from gateway.providers.base import (
     Endpoint,
@@ -32,6 +33,7 @@ from gateway.providers.base import (
 )
 from gateway.providers.cache_hints import derive_cache_key
 from gateway.providers.openai.adapter import OpenAIAdapter, is_openai_api
+from gateway.schemas.responses import ResponsesRequest
 from gateway.settings import Provider, ProviderKind
 
 
@@ -54,41 +56,57 @@ def responses_adapter(provider: Provider, chat_adapter: ProviderAdapter) -> Prov
         # The catalog allows `native` on the OpenAI and Azure kinds only, whose adapters these are.
         assert isinstance(chat_adapter, OpenAIAdapter)
         return NativeResponsesAdapter(chat_adapter)
-    return TranslatedResponsesAdapter(chat_adapter)
+    return TranslatedResponsesAdapter(chat_adapter, drop_builtin_tools=_drops_builtin_tools(provider))
+
+
+def dropped_tools_header(request: ResponsesRequest, provider: Provider) -> dict[str, str]:
+    """`x-gateway-dropped-tools` for a request `provider` served: the built-in tools its chat
+    translation left out (gateway.dialects.responses.tools); none when passed through."""
+    if serves_responses_natively(provider) or not request.tools:
+        return {}
+    dropped = dropped_tools(request.tools, drop_builtin=_drops_builtin_tools(provider))
+    return dropped_header(dropped, provider.name)
+
+
+def _drops_builtin_tools(provider: Provider) -> bool:
+    return provider.responses_builtin_tools == "drop"
 
 
 @dataclass(frozen=True, slots=True)
 class TranslatedResponsesAdapter:
     """A Responses request as a chat completion at the provider's chat adapter, and back.
-    `clock` and `new_id` give translated Responses their `created_at` and ids."""
+    `drop_builtin_tools`: the provider's `responses_builtin_tools` is `drop`. `clock` and `new_id`
+    give translated Responses their `created_at` and ids."""
 
     chat: ProviderAdapter
+    drop_builtin_tools: bool = False
     clock: Callable[[], float] = time.time
     new_id: IdSource = random_id
 
     def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest:
-        return self.chat.build_request(_chat_call(call), provider, base_url)
+        return self.chat.build_request(self._chat_call(call), provider, base_url)
 
     def parse_response(self, call: UpstreamCall, body: bytes) -> UpstreamResponse:
-        answer = self.chat.parse_response(_chat_call(call), body)
+        answer = self.chat.parse_response(self._chat_call(call), body)
         response = response_from_chat(call, answer, clock_s=self.clock(), new_id=self.new_id)
         return UpstreamResponse(
             body=msgspec.json.encode(response), usage=answer.usage, untrusted_usage=answer.untrusted_usage
         )
 
     def stream_translator(self, call: UpstreamCall) -> StreamTranslator:
-        chat_stream = self.chat.stream_translator(_chat_call(call))
+        chat_stream = self.chat.stream_translator(self._chat_call(call))
         return ChatToResponsesStream(call, chat_stream, clock=self.clock, new_id=self.new_id)
 
     def classify_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return self.chat.classify_error(status, body, headers)
 
-
-def _chat_call(call: UpstreamCall) -> UpstreamCall:
-    """The chat completion call that answers the Responses call `call`. The chat stream's usage
-    chunk is always asked for: the Response's usage is made from it."""
-    body, chat = to_chat_request(responses_request(call.body), stream=call.stream)
-    cache_key = call.cache_key if call.cache_key is not None else derive_cache_key(call.team_id, chat)
-    return dataclasses.replace(
-        call, endpoint=Endpoint.CHAT, body=body, chat=chat, client_wants_usage=True, cache_key=cache_key
-    )
+    def _chat_call(self, call: UpstreamCall) -> UpstreamCall:
+        """The chat completion call that answers the Responses call `call`. The chat stream's usage
+        chunk is always asked for: the Response's usage is made from it."""
+        body, chat = to_chat_request(
+            responses_request(call.body), stream=call.stream, drop_builtin_tools=self.drop_builtin_tools
+        )
+        cache_key = call.cache_key if call.cache_key is not None else derive_cache_key(call.team_id, chat)
+        return dataclasses.replace(
+            call, endpoint=Endpoint.CHAT, body=body, chat=chat, client_wants_usage=True, cache_key=cache_key
+        )

@@ -3,10 +3,12 @@
 
 `instructions` becomes a system message, input messages chat messages (developer as system, which
 every chat template knows), function_call items an assistant turn's tool_calls and
-function_call_output items tool messages; function tools and `text.format` map one to one. What
-needs state the gateway does not keep (previous_response_id, conversations, stored prompts,
-background runs, OpenAI file ids) and OpenAI's built-in tools are refused with a 400 naming the
-parameter. `store` is accepted and ignored: nothing is stored.
+function_call_output items tool messages; function tools and `text.format` map one to one,
+namespace tools are flattened and built-in tools dropped or refused (gateway.dialects.responses.tools).
+What needs state the gateway does not keep (previous_response_id, conversations, stored prompts,
+background runs, OpenAI file ids) is refused with a 400 naming the parameter. What a chat upstream
+cannot honour and the answer does not depend on is not sent: `store`, `include` (encrypted
+reasoning), `reasoning.summary`, `text.verbosity`, `client_metadata`, `metadata`...
 """
 
 from __future__ import annotations
@@ -15,17 +17,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from gateway.dialects.responses.tools import chat_tools, flat_name, unsupported
 from gateway.errors import InvalidRequest
-from gateway.schemas.openai import (
-    ChatCompletionRequest,
-    ChatMessage,
-    ContentPart,
-    FunctionCall,
-    FunctionDefinition,
-    Tool,
-    ToolCall,
-)
-from gateway.schemas.responses import InputItem, InputPart, ResponsesRequest, ResponsesTool, TextFormat
+from gateway.schemas.openai import ChatCompletionRequest, ChatMessage, ContentPart, FunctionCall, ToolCall
+from gateway.schemas.responses import InputItem, InputPart, ResponsesRequest, TextFormat
 
 Role = Literal["user", "assistant", "system"]
 _ROLES: dict[str, Role] = {
@@ -40,10 +35,6 @@ _NO_STATE = (
 )
 
 
-def unsupported(message: str, param: str) -> InvalidRequest:
-    return InvalidRequest(message, param=param, code="unsupported_parameter")
-
-
 def responses_request(body: dict[str, Any]) -> ResponsesRequest:
     """The typed view of a client's body (already validated once, when the request was parsed)."""
     try:
@@ -53,9 +44,10 @@ def responses_request(body: dict[str, Any]) -> ResponsesRequest:
 
 
 def to_chat_request(
-    request: ResponsesRequest, *, stream: bool
+    request: ResponsesRequest, *, stream: bool, drop_builtin_tools: bool = False
 ) -> tuple[dict[str, Any], ChatCompletionRequest]:
-    """The chat completion request for `request`, as a body to send and its typed view."""
+    """The chat completion request for `request`, as a body to send and its typed view.
+    `drop_builtin_tools`: the provider's `responses_builtin_tools` is `drop`."""
     _check_stateless(request)
     chat = ChatCompletionRequest(
         model=request.model,
@@ -64,7 +56,7 @@ def to_chat_request(
         max_tokens=request.max_output_tokens,
         temperature=request.temperature,
         top_p=request.top_p,
-        tools=_tools(request.tools),
+        tools=chat_tools(request.tools, drop_builtin=drop_builtin_tools).tools,
         tool_choice=_tool_choice(request.tool_choice),
         parallel_tool_calls=request.parallel_tool_calls,
         response_format=_response_format(request.text.format if request.text else None),
@@ -192,7 +184,8 @@ def _add_function_call(messages: list[ChatMessage], item: InputItem, where: str)
     if not item.call_id or not item.name:
         param = f"{where}.call_id" if not item.call_id else f"{where}.name"
         raise InvalidRequest(f"{where}: a function_call needs call_id and name", param=param)
-    call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments or ""))
+    name = flat_name(item.namespace, item.name) if item.namespace else item.name
+    call = ToolCall(id=item.call_id, function=FunctionCall(name=name, arguments=item.arguments or ""))
     last = messages[-1] if messages else None
     if last is not None and last.role == "assistant":  # the calls of one turn are one assistant message
         messages[-1] = msgspec.structs.replace(last, tool_calls=[*(last.tool_calls or []), call])
@@ -206,32 +199,13 @@ def _tool_output(output: str | list[InputPart] | None, where: str) -> str | list
     return [_part(part, f"{where}[{j}]") for j, part in enumerate(output)]
 
 
-def _tools(tools: list[ResponsesTool] | None) -> list[Tool] | None:
-    if not tools:
-        return None
-    translated = []
-    for i, tool in enumerate(tools):
-        where = f"tools[{i}]"
-        if tool.type != "function":
-            raise unsupported(
-                f"{where}: the built-in tool {tool.type!r} is not available for this model: its provider "
-                "is served through its chat API, where only function tools exist",
-                f"{where}.type",
-            )
-        if not tool.name:
-            raise InvalidRequest(f"{where}: a function tool needs a name", param=f"{where}.name")
-        function = FunctionDefinition(
-            name=tool.name, description=tool.description, parameters=tool.parameters, strict=tool.strict
-        )
-        translated.append(Tool(type="function", function=function, cache_control=tool.cache_control))
-    return translated
-
-
 def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     if choice is None or choice in ("auto", "none", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        namespace = choice.get("namespace")
+        name = flat_name(namespace, choice["name"]) if isinstance(namespace, str) else choice["name"]
+        return {"type": "function", "function": {"name": name}}
     kind = choice.get("type") if isinstance(choice, dict) else choice
     raise unsupported(
         f"tool_choice {kind!r} is not supported for this model: use auto, none, required or "

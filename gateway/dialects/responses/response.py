@@ -11,6 +11,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from gateway.dialects.responses.request import responses_request
+from gateway.dialects.responses.tools import NamespacedNames
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.providers.errors import bad_response
 from gateway.schemas.openai import ChatCompletion, ResponseMessage
@@ -19,6 +20,7 @@ from gateway.schemas.responses import (
     FunctionToolEcho,
     IncompleteDetails,
     InputTokensDetails,
+    NamespaceToolEcho,
     OutputContent,
     OutputItem,
     OutputMessage,
@@ -29,9 +31,11 @@ from gateway.schemas.responses import (
     Response,
     ResponsesRequest,
     ResponseStatus,
+    ResponsesTool,
     ResponseUsage,
     TextEcho,
     TextFormatEcho,
+    ToolEcho,
 )
 
 IdSource = Callable[[str], str]  # a new id with the given prefix
@@ -64,6 +68,42 @@ def response_usage(call: UpstreamCall, usage: TokenUsage) -> ResponseUsage:
     if cost is not None:
         result.cost = cost
     return result
+
+
+def function_call_item(
+    names: NamespacedNames, *, id: str, status: ResponseStatus, call_id: str, chat_name: str, arguments: str
+) -> FunctionCallItem:
+    """The function_call item of a chat tool call: a namespace function's flattened name split
+    back into `namespace` and `name`."""
+    namespace, name = names.split(chat_name)
+    item = FunctionCallItem(id=id, status=status, call_id=call_id, name=name, arguments=arguments)
+    if namespace is not None:
+        item.namespace = namespace
+    return item
+
+
+def echoed_tools(tools: list[ResponsesTool] | None) -> list[ToolEcho]:
+    """The function and namespace tools of a request as its Response repeats them; built-in tools
+    reached no upstream (gateway.dialects.responses.tools), so they are not repeated."""
+    echoed: list[ToolEcho] = []
+    for tool in tools or ():
+        if tool.type == "function":
+            echoed.append(_function_echo(tool))
+        elif tool.type == "namespace":
+            members = [_function_echo(member) for member in tool.tools or () if member.type == "function"]
+            echoed.append(
+                NamespaceToolEcho(name=tool.name or "", description=tool.description or "", tools=members)
+            )
+    return echoed
+
+
+def _function_echo(tool: ResponsesTool) -> FunctionToolEcho:
+    return FunctionToolEcho(
+        name=tool.name or "",
+        description=tool.description,
+        parameters=tool.parameters,
+        strict=bool(tool.strict),
+    )
 
 
 def outcome(finish_reason: str | None) -> tuple[ResponseStatus, IncompleteDetails | None]:
@@ -114,15 +154,7 @@ def new_response(
             )
         ),
         tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
-        tools=[
-            FunctionToolEcho(
-                name=tool.name or "",
-                description=tool.description,
-                parameters=tool.parameters,
-                strict=bool(tool.strict),
-            )
-            for tool in request.tools or ()
-        ],
+        tools=echoed_tools(request.tools),
         top_p=request.top_p,
         truncation=request.truncation or "disabled",
         previous_response_id=request.previous_response_id,
@@ -144,6 +176,8 @@ def response_from_chat(
         raise bad_response("not a chat completion") from None
     if not completion.choices:
         raise bad_response("a chat completion without choices")
+    request = responses_request(call.body)
+    names = NamespacedNames(request.tools)
     response_id = new_id("resp_")
     choice = completion.choices[0]
     status, incomplete = outcome(choice.finish_reason)
@@ -158,16 +192,17 @@ def response_from_chat(
         output.append(OutputMessage(id=new_id("msg_"), status=status, content=content))
     for tool_call in message.tool_calls or ():
         output.append(
-            FunctionCallItem(
+            function_call_item(
+                names,
                 id=new_id("fc_"),
                 status="completed",
                 call_id=tool_call.id or "",
-                name=tool_call.function.name if tool_call.function else "",
+                chat_name=tool_call.function.name if tool_call.function else "",
                 arguments=tool_call.function.arguments if tool_call.function else "",
             )
         )
     return new_response(
-        responses_request(call.body),
+        request,
         response_id=response_id,
         created_at=completion.created or int(clock_s),
         status=status,

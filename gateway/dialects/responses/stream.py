@@ -19,7 +19,14 @@ import msgspec
 from msgspec import UNSET
 
 from gateway.dialects.responses.request import responses_request
-from gateway.dialects.responses.response import IdSource, new_response, outcome, response_usage
+from gateway.dialects.responses.response import (
+    IdSource,
+    function_call_item,
+    new_response,
+    outcome,
+    response_usage,
+)
+from gateway.dialects.responses.tools import NamespacedNames
 from gateway.errors import UpstreamError
 from gateway.providers.base import StreamTranslator, TokenUsage, UpstreamCall
 from gateway.providers.errors import bad_response
@@ -88,13 +95,19 @@ class _StreamedFunctionCall:
     id: str
     output_index: int
     call_id: str
-    name: str
+    name: str  # the chat call's: a namespace function's flattened name
+    names: NamespacedNames
     arguments: list[str] = field(default_factory=list)
     open: bool = True
 
     def item(self, status: ResponseStatus) -> FunctionCallItem:
-        return FunctionCallItem(
-            id=self.id, status=status, call_id=self.call_id, name=self.name, arguments="".join(self.arguments)
+        return function_call_item(
+            self.names,
+            id=self.id,
+            status=status,
+            call_id=self.call_id,
+            chat_name=self.name,
+            arguments="".join(self.arguments),
         )
 
 
@@ -123,6 +136,7 @@ class ChatToResponsesStream:
         self.untrusted_usage: str | None = None
         self._call = call
         self._request = responses_request(call.body)
+        self._names = NamespacedNames(self._request.tools)
         self._chat = chat
         self._clock = clock
         self._new_id = new_id
@@ -256,6 +270,7 @@ class ChatToResponsesStream:
                 output_index=len(self._items),
                 call_id=delta.id or self._new_id("call_"),
                 name=function.name or "",
+                names=self._names,
             )
             self._calls[delta.index] = call
             self._items.append(call)
@@ -284,16 +299,16 @@ class ChatToResponsesStream:
         item.open = False
         events: list[StreamEvent] = []
         if isinstance(item, _StreamedFunctionCall):
+            done = item.item("completed")
             events.append(
                 FunctionCallArgumentsDone(
                     sequence_number=self._next(),
                     item_id=item.id,
                     output_index=item.output_index,
-                    name=item.name,
-                    arguments="".join(item.arguments),
+                    name=done.name,
+                    arguments=done.arguments,
                 )
             )
-            done = item.item("completed")
             events.append(
                 OutputItemDone(sequence_number=self._next(), output_index=item.output_index, item=done)
             )
