@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from gateway.dialects.endpoints import endpoint_adapter
 from gateway.dispatch.sse import SSEDecoder
@@ -83,6 +83,7 @@ class Attempts:
     # a Batch API line writes its run down there, so that a process dying from then on leaves a run
     # to record, and one dying while the line waited for capacity leaves nothing to bill.
     before_send: Callable[[Deployment], Awaitable[None]] | None = None
+    job_line: ClassVar[bool] = False  # a Batch API job's line (its throughput is measured by default)
 
 
 class Executor:
@@ -153,7 +154,7 @@ class Executor:
     ) -> UpstreamResponse:
         """A non-streaming request, retried on this deployment while the failure allows."""
 
-        measured = measures_ttft(deployment.provider, call)
+        measured = measures_ttft(deployment.provider, call, attempts.job_line)
 
         async def once(grant: Grant, call: UpstreamCall) -> UpstreamResponse:
             started = time.perf_counter()
@@ -330,11 +331,12 @@ class Executor:
         return backoff_delay(self._retry, attempt, self._rng)
 
 
-def measures_ttft(provider: Provider, call: UpstreamCall) -> bool:
+def measures_ttft(provider: Provider, call: UpstreamCall, job_line: bool = False) -> bool:
     """Whether a non-streaming request is streamed from the upstream to see its first token: a chat
-    completion, at a provider that asks for it, unless logprobs are wanted (not assembled)."""
+    completion, at a provider that measures (`Provider.measures_ttft`), unless logprobs are wanted
+    (not assembled)."""
     return (
-        provider.measure_ttft
+        provider.measures_ttft(job_line)
         and not call.stream
         and call.endpoint is Endpoint.CHAT
         and not call.body.get("logprobs")

@@ -16,6 +16,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gateway.auth.principal import Principal
 from gateway.dispatch.executor import Attempts
@@ -129,6 +130,7 @@ class LineAttempts(Attempts):
     """A line's upstream attempts, and its run once written down (`Attempts.before_send`)."""
 
     begun: Begun | None = None
+    job_line: ClassVar[bool] = True
 
 
 BeginRun = Callable[[PendingLine, str, Deployment], Awaitable[None]]

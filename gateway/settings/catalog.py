@@ -69,8 +69,9 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     headers: dict[str, str] = {}
     capacity: Capacity | None = None  # absent: unlimited, no queue
     # Send non-streaming chat requests to the upstream as streams, to record their time to first
-    # token, and answer with the assembled completion (OpenAI-compatible kinds only).
-    measure_ttft: bool = False
+    # token, and answer with the assembled completion (OpenAI-compatible kinds only). Unset: on for
+    # providers with `capacity` and for Batch API job lines (`measures_ttft`).
+    measure_ttft: bool | None = None
     # Who runs a Batch API job's lines: "gateway" (one by one, through the scheduler) or
     # "provider" (the whole job goes to the provider's own batch API; openai, azure, anthropic)
     batch_execution: str = "gateway"
@@ -82,6 +83,17 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # optional (web_search, file_search, code_interpreter...): "refuse" (a 400 naming the tool) or
     # "drop" (served without it, named in `x-gateway-dropped-tools`; gateway.dialects.responses.tools)
     responses_builtin_tools: str = "refuse"
+
+    def measures_ttft(self, job_line: bool) -> bool:
+        """Whether a non-streaming chat request is streamed from this provider to see its first
+        token: as set, else by default where throughput is measured (a provider whose queue the
+        gateway holds, a Batch API job's line), so that every batch has a prefill/decode split.
+        Never for Anthropic, whose answers the gateway does not assemble from a stream."""
+        if self.kind is ProviderKind.ANTHROPIC:
+            return False
+        if self.measure_ttft is not None:
+            return self.measure_ttft
+        return self.capacity is not None or job_line
 
     @property
     def urls(self) -> tuple[str, ...]:

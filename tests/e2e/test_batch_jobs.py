@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types import Batch
@@ -149,6 +150,12 @@ def test_a_batch_runs_from_upload_to_output_file(stack: JobsStack) -> None:
     assert_metered(stack.main, batch, output)
     files = {stored.id: stored for stored in client.files.list(purpose="batch_output")}
     assert files[batch.output_file_id].filename == f"{batch.id}_output.jsonl"
+    # Job lines are streamed from the upstream by default, so the job has a prefill/decode split
+    # with nothing set on the provider (SPEC section 10)
+    throughput = client.get(f"/gateway/batches/{batch.id}", cast_to=httpx.Response).json()["throughput"]
+    assert throughput["requests_without_ttft"] == 0
+    assert throughput["prefill_tokens_per_s"] > 0 and throughput["decode_tokens_per_s"] > 0
+    assert throughput["ttft_ms"]["p50"] is not None
 
 
 def test_a_bad_input_file_gives_a_failed_batch_naming_its_lines(stack: JobsStack) -> None:

@@ -199,3 +199,35 @@ models:
     path.write_text(catalog % "anthropic")
     with pytest.raises(ConfigError, match=r"providers\[0\]\.measure_ttft"):
         load_catalog(path, {})
+
+
+@pytest.mark.parametrize(
+    ("settings", "job_line", "measured"),
+    [
+        ("", False, False),  # an interactive request to a provider without a queue: sent as it came
+        ("", True, True),  # a Batch API job's line: every job has a prefill/decode split
+        (", capacity: {max_concurrency: 4}", False, True),  # the gateway holds this queue
+        (", capacity: {load_metrics: true}, measure_ttft: false", True, False),  # opted out
+        (", measure_ttft: true", False, True),
+    ],
+)
+def test_throughput_is_measured_by_default_where_batches_run(
+    tmp_path: Path, settings: str, job_line: bool, measured: bool
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "providers:\n"
+        f'  - {{name: up, kind: openai, region: eu, base_url: "http://up.invalid/v1"{settings}}}\n'
+        "models:\n  - {name: chat, deployments: [{provider: up, model: m}]}\n"
+    )
+    assert load_catalog(path, {}).providers[0].measures_ttft(job_line) is measured
+
+
+def test_anthropic_answers_are_never_streamed_to_measure(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "providers:\n"
+        '  - {name: up, kind: anthropic, region: eu, base_url: "http://up.invalid", capacity: {max_concurrency: 4}}\n'
+        "models:\n  - {name: chat, deployments: [{provider: up, model: m}]}\n"
+    )
+    assert load_catalog(path, {}).providers[0].measures_ttft(job_line=True) is False
