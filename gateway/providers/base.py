@@ -63,6 +63,8 @@ class UpstreamCall:
     tariff: Pricing | None = None  # the deployment's price, for the cost a reply carries (usage.cost)
     # the client's W3C trace context (`traceparent`, `tracestate`), sent upstream as it came
     trace_headers: dict[str, str] | None = None
+    # a Messages client's `anthropic-beta` header, for an Anthropic upstream (dialects.messages.betas)
+    anthropic_beta: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,6 +157,7 @@ class ProxyPipeline:
             ticket,
             admission=admission,
             correlation=correlation,
+            anthropic_beta=headers.get("anthropic-beta") if endpoint is Endpoint.MESSAGES else None,
         )
         ctx.trace_with(trace)
         outcome: OpenStream | Completed

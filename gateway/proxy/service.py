@@ -113,6 +113,7 @@ class ProxyContext:
     deployment: Deployment | None = None
     moved: bool = False  # this request has followed its batch's pin to a new deployment
     correlation: Correlation = NO_CORRELATION  # the client's own request id and trace context
+    anthropic_beta: str | None = None  # a Messages client's anthropic-beta header, for Anthropic
     trace: RequestTrace | None = None  # the request's spans, while telemetry is on
 
     def trace_with(self, trace: RequestTrace | None) -> None:
@@ -206,6 +207,7 @@ class ProxyService:
             cache_key=cache_key,
             tariff=deployment.tariff,
             trace_headers=ctx.correlation.upstream_headers,
+            anthropic_beta=ctx.anthropic_beta,
         )
 
     # --- dispatch ---------------------------------------------------------------------------

@@ -39,7 +39,8 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
 
     text: `text` | image / document: `source` | tool_use: `id`, `name`, `input` |
     tool_result: `tool_use_id`, `content`, `is_error` | thinking: `thinking`, `signature` |
-    redacted_thinking: `data`.
+    redacted_thinking: `data` | tool_reference (in a tool_result): `tool_name` |
+    tool_addition / tool_removal (in a system turn): `tool`.
     """
 
     type: str
@@ -55,11 +56,26 @@ class ContentBlock(msgspec.Struct, frozen=True, omit_defaults=True):
     signature: str | None = None
     data: str | None = None
     cache_control: CacheControl | None = None
+    tool_name: str | None = None
+    tool: Any = None
+
+
+class TurnOutputConfig(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A system turn's per-turn output settings (its `effort`); `format` stays top-level only."""
+
+    effort: str | None = None
 
 
 class InputMessage(msgspec.Struct, frozen=True, omit_defaults=True):
-    role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
+    """A turn. Besides user and assistant turns, Anthropic's current API takes `system` turns
+    inside `messages` (text, or tool_addition / tool_removal blocks under a beta), each with its
+    own `output_config` and `clear_at` (`next_user_message`: shown only until a later user turn;
+    `never`, the default: always shown)."""
+
+    role: Literal["user", "assistant", "system"]
+    content: str | list[ContentBlock] = ""
+    clear_at: str | None = None  # system turns only
+    output_config: TurnOutputConfig | None = None  # system turns only
 
 
 class ToolDefinition(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -71,6 +87,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, omit_defaults=True):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     cache_control: CacheControl | None = None
+    defer_loading: bool | None = None  # offered only once a tool search (or a tool_addition) names it
 
 
 class ToolChoice(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -86,6 +103,17 @@ class RequestMetadata(msgspec.Struct, frozen=True, omit_defaults=True):
 class ThinkingConfig(msgspec.Struct, frozen=True, omit_defaults=True):
     type: str  # "enabled", "disabled", "adaptive"
     budget_tokens: int | None = None
+
+
+class ContextEdit(msgspec.Struct, frozen=True):
+    """One of `context_management.edits`, read for its `type` (`clear_thinking_20251015`,
+    `clear_tool_uses_20250919`, `compact_20260112`...); its other fields are Anthropic's to read."""
+
+    type: str
+
+
+class ContextManagement(msgspec.Struct, frozen=True, omit_defaults=True):
+    edits: list[ContextEdit] = []
 
 
 class OutputFormat(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -120,6 +148,7 @@ class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     output_config: OutputConfig | None = None
     service_tier: str | None = None
     cache_control: CacheControl | None = None  # automatic caching: a breakpoint on the last block
+    context_management: ContextManagement | None = None
 
 
 class CountTokensRequest(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -97,7 +97,8 @@ async def count_message_tokens(
         count = TokenCount(input_tokens=estimate_tokens(typed), estimated=True)
         headers["x-gateway-token-count"] = "estimated"
     else:
-        count = await _counted_upstream(services, request_id, principal, counter, body, started)
+        betas = request.headers.get("anthropic-beta")
+        count = await _counted_upstream(services, request_id, principal, counter, (body, betas), started)
         headers |= {
             "x-gateway-token-count": "upstream",
             "x-gateway-provider": counter.provider.name,
@@ -111,11 +112,13 @@ async def _counted_upstream(
     request_id: str,
     principal: Principal,
     counter: Deployment,
-    body: dict[str, Any],
+    asked: tuple[dict[str, Any], str | None],
     started: tuple[float, float],
 ) -> TokenCount:
-    """The count of `counter`'s own count_tokens, recorded (at no cost) however the call ended."""
-    call = count_request(body, counter.provider, counter.upstream_model, counter.provider.urls[0])
+    """The count of `counter`'s own count_tokens for `asked` (the body, the client's
+    anthropic-beta header), recorded (at no cost) however the call ended."""
+    body, betas = asked
+    call = count_request(body, counter.provider, counter.upstream_model, counter.provider.urls[0], betas)
     try:
         input_tokens = counted_tokens(
             await services.executor.exchange(counter.provider, call, NativeMessagesAdapter())

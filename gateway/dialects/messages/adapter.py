@@ -30,12 +30,21 @@ def messages_adapter(provider: Provider, chat_adapter: ProviderAdapter) -> Provi
     return TranslatedMessagesAdapter(chat_adapter, provider)
 
 
+def _openai_own(provider: Provider, base_url: str) -> bool:
+    """OpenAI's own API (and Azure's), as against an OpenAI-compatible server."""
+    return provider.kind is ProviderKind.AZURE or is_openai_api(base_url)
+
+
 def _max_tokens_field(provider: Provider, base_url: str) -> str:
-    """OpenAI's own API (and Azure's) wants `max_completion_tokens` (its reasoning models refuse
-    `max_tokens`); OpenAI-compatible servers are sure to know `max_tokens`."""
-    if provider.kind is ProviderKind.AZURE or is_openai_api(base_url):
-        return "max_completion_tokens"
-    return "max_tokens"
+    """OpenAI's own API wants `max_completion_tokens` (its reasoning models refuse `max_tokens`);
+    OpenAI-compatible servers are sure to know `max_tokens`."""
+    return "max_completion_tokens" if _openai_own(provider, base_url) else "max_tokens"
+
+
+def _turn_role(provider: Provider, base_url: str) -> str:
+    """The chat role of a system turn inside `messages`: OpenAI's own API names instructions given
+    mid-conversation `developer`; every chat template knows `system`."""
+    return "developer" if _openai_own(provider, base_url) else "system"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,7 +57,10 @@ class TranslatedMessagesAdapter:
     def chat_call(self, call: UpstreamCall, base_url: str) -> UpstreamCall:
         """The chat completion call for `call`; it asks for usage (to meter and to answer with)."""
         body = to_chat_body(
-            typed_request(call), call.body, max_tokens_field=_max_tokens_field(self.provider, base_url)
+            typed_request(call),
+            call.body,
+            max_tokens_field=_max_tokens_field(self.provider, base_url),
+            turn_role=_turn_role(self.provider, base_url),
         )
         chat = typed_chat(body)
         return dataclasses.replace(

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.dialects.messages.betas import with_betas
 from gateway.errors import InvalidRequest
 from gateway.providers.anthropic.adapter import anthropic_headers
 from gateway.providers.base import UpstreamRequest, estimated_tokens
@@ -52,12 +53,18 @@ def read_count_request(raw: bytes) -> tuple[dict[str, Any], CountTokensRequest, 
 
 
 def count_request(
-    body: dict[str, Any], provider: Provider, upstream_model: str, base_url: str
+    body: dict[str, Any],
+    provider: Provider,
+    upstream_model: str,
+    base_url: str,
+    client_betas: str | None = None,
 ) -> UpstreamRequest:
-    """A deployment's own count_tokens call, for the body the client sent (its model replaced)."""
+    """A deployment's own count_tokens call, for the body the client sent (its model replaced),
+    with the client's `anthropic-beta` values the provider allows."""
+    headers = with_betas(anthropic_headers(provider), client_betas, provider)
     return UpstreamRequest(
         url=f"{base_url.rstrip('/')}/v1/messages/count_tokens",
-        headers={"content-type": "application/json", **anthropic_headers(provider)},
+        headers={"content-type": "application/json", **headers},
         content=msgspec.json.encode({**body, "model": upstream_model}),
     )
 

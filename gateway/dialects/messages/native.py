@@ -1,6 +1,7 @@
 """The Messages API passed through to an Anthropic-kind provider, as the client sent it.
 
-Only `model` changes on the way up (the deployment's upstream model); on the way down the reply
+Only `model` changes on the way up (the deployment's upstream model), and the client's
+`anthropic-beta` header goes with it (`betas`); on the way down the reply
 names the alias again and its usage carries the gateway's cost. Usage is read from the message, or
 from a stream's message_start and message_delta events (cumulative counts).
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.dialects.messages.betas import with_betas
 from gateway.dialects.messages.sse import raw_frame
 from gateway.errors import InvalidRequest, UpstreamError
 from gateway.providers.anthropic.adapter import anthropic_headers
@@ -55,9 +57,10 @@ class NativeMessagesAdapter:
 
     def build_request(self, call: UpstreamCall, provider: Provider, base_url: str) -> UpstreamRequest:
         check_breakpoints(typed_request(call))
+        headers = with_betas(anthropic_headers(provider), call.anthropic_beta, provider)
         return UpstreamRequest(
             url=f"{base_url.rstrip('/')}/v1/messages",
-            headers={"content-type": "application/json", **anthropic_headers(provider)},
+            headers={"content-type": "application/json", **headers},
             content=msgspec.json.encode({**call.body, "model": call.upstream_model}),
         )
 

@@ -1,12 +1,15 @@
 """Translate a client's Messages API request into an OpenAI chat completion request.
 
-`system` becomes the system message; a user turn's `tool_result` blocks become tool messages (ahead
+`system` becomes the system message, and each `system` turn inside `messages` a system (or, on
+OpenAI's own API, developer) message where it stands; a user turn's `tool_result` blocks become tool messages (ahead
 of the rest of the turn, as chat wants them right after the assistant's tool calls); an assistant
 turn's `tool_use` blocks become its tool_calls. `cache_control` stays on the matching content part,
 tool or message, where the OpenAI adapter turns it into `prompt_cache_key` (SPEC section 4).
 `output_config.format` becomes `response_format`. What chat cannot express is refused with a 400
-naming the parameter; `thinking`, `top_k`, `output_config.effort` and earlier turns' thinking
-blocks are dropped (docs/messages.md).
+naming the parameter where dropping it would change the answer; what changes nothing for a chat
+model is dropped (docs/messages.md): `thinking`, `top_k`, every `effort`, earlier turns' thinking
+blocks (and so `clear_thinking` context edits), `defer_loading` (the tool is offered from the
+start), a system turn's `clear_at` once a later user turn hides it.
 """
 
 from __future__ import annotations
@@ -28,21 +31,28 @@ from gateway.schemas.openai import ChatCompletionRequest
 
 Body = dict[str, Any]
 # Fields that need state or services only Anthropic runs.
-_ANTHROPIC_ONLY = ("mcp_servers", "container", "context_management")
+_ANTHROPIC_ONLY = ("mcp_servers", "container")
 _DROPPED_BLOCKS = ("thinking", "redacted_thinking")  # a model reasons anew on every turn
+# Context edits that only remove thinking blocks, which a translated request never holds.
+_THINKING_EDITS = "clear_thinking_"
+_HIDDEN_AFTER_USER_TURN = "next_user_message"  # a system turn's clear_at
 
 
 def unsupported(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param, code="unsupported_parameter")
 
 
-def to_chat_body(request: MessagesRequest, body: Body, *, max_tokens_field: str) -> Body:
+def to_chat_body(
+    request: MessagesRequest, body: Body, *, max_tokens_field: str, turn_role: str = "system"
+) -> Body:
     """The chat completion body for `request`; `body` is the client's own (for fields the typed view
-    leaves out). `max_tokens_field`: `max_completion_tokens` for OpenAI's own API, else `max_tokens`."""
+    leaves out). `max_tokens_field`: `max_completion_tokens` for OpenAI's own API, else `max_tokens`;
+    `turn_role`: the chat role of a system turn inside `messages` (`developer` on OpenAI's own API)."""
     for field in _ANTHROPIC_ONLY:
         if field in body:
             raise unsupported(f"{field} is only served by Anthropic models", field)
-    messages = _messages(request)
+    _check_context_edits(request)
+    messages = _messages(request, turn_role)
     if request.cache_control is not None:  # automatic caching: the last block is the breakpoint
         messages[-1] = {**messages[-1], "cache_control": request.cache_control}
     chat: Body = {
@@ -80,11 +90,26 @@ def typed_chat(chat: Body) -> ChatCompletionRequest:
         raise InvalidRequest(f"the request cannot be translated to a chat completion: {exc}") from None
 
 
-def _messages(request: MessagesRequest) -> list[Body]:
+def _check_context_edits(request: MessagesRequest) -> None:
+    """Clearing thinking changes nothing here (no thinking block is ever sent on); clearing tool
+    results or compacting would change what the model reads, which only Anthropic does."""
+    edits = request.context_management.edits if request.context_management is not None else []
+    for i, edit in enumerate(edits):
+        if not edit.type.startswith(_THINKING_EDITS):
+            param = f"context_management.edits[{i}]"
+            raise unsupported(f"{param}: {edit.type} is only served by Anthropic models", param)
+
+
+def _messages(request: MessagesRequest, turn_role: str) -> list[Body]:
     messages = _system(request.system)
+    last_user = max((i for i, m in enumerate(request.messages) if m.role == "user"), default=-1)
+    offered = {tool.name for tool in request.tools or ()}
     for i, message in enumerate(request.messages):
         where = f"messages[{i}]"
-        if isinstance(message.content, str):
+        if message.role == "system":
+            if message.clear_at != _HIDDEN_AFTER_USER_TURN or i > last_user:
+                messages += _system_turn(message, where, turn_role, offered)
+        elif isinstance(message.content, str):
             messages.append({"role": message.role, "content": message.content})
         elif message.role == "user":
             messages += _user_turn(message, where)
@@ -104,6 +129,30 @@ def _system(system: str | list[ContentBlock] | None) -> list[Body]:
             raise unsupported(f"system[{i}]: only text blocks are supported here", f"system[{i}].type")
         parts.append(_part(block, f"system[{i}]"))
     return [{"role": "system", "content": _content(parts)}]
+
+
+def _system_turn(message: InputMessage, where: str, role: str, offered: set[str]) -> list[Body]:
+    """A system turn where it stands. Its `output_config` (effort) is dropped, as the top-level one
+    is; a `tool_addition` of a tool in `tools` changes nothing, since every tool is offered from the
+    start here; any other change to the tools would, and is refused."""
+    if isinstance(message.content, str):
+        return [{"role": role, "content": message.content}] if message.content else []
+    parts = []
+    for j, block in enumerate(message.content):
+        at = f"{where}.content[{j}]"
+        if block.type == "text":
+            parts.append(_part(block, at))
+        elif block.type != "tool_addition" or _tool_reference(block.tool) not in offered:
+            raise unsupported(f"{at}: a {block.type} block is only served by Anthropic models", at)
+    return [{"role": role, "content": _content(parts)}] if parts else []
+
+
+def _tool_reference(tool: Any) -> str | None:
+    """The name a `tool_reference` names, else None."""
+    if isinstance(tool, dict) and tool.get("type") == "tool_reference" and isinstance(tool.get("name"), str):
+        name: str = tool["name"]
+        return name
+    return None
 
 
 def _content(parts: list[Body]) -> str | list[Body]:
@@ -185,7 +234,11 @@ def _tool_message(block: ContentBlock, where: str) -> Body:
         parts = []
         for k, inner in enumerate(block.content):
             at = f"{where}.content[{k}]"
-            if inner.type != "text":
+            if inner.type == "tool_reference" and inner.tool_name:
+                # A tool search's find: the tool is offered from the start here, so naming it is all
+                text = f"Tool loaded: {inner.tool_name}"
+                inner = ContentBlock(type="text", text=text, cache_control=inner.cache_control)
+            elif inner.type != "text":
                 raise unsupported(f"{at}: a tool result may only hold text for this model", at)
             parts.append(_part(inner, at))
         content = _content(parts)

@@ -50,7 +50,7 @@ def test_the_body_is_kept_whole_but_for_the_gateway_object() -> None:
         (messages_body(max_tokens=-1), "max_tokens"),
         (messages_body(messages=[]), "messages"),
         (messages_body(messages=[{"role": "user", "content": "x"}] * (MAX_MESSAGES + 1)), "messages"),
-        (messages_body(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
+        (messages_body(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
         (
             messages_body(messages=[{"role": "user", "content": [{"text": "no type"}]}]),
             "messages[0].content[0]",
