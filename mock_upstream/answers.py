@@ -13,6 +13,7 @@ from mock_upstream.generation import (
     generate,
     openai_forced_tool,
     output_tokens,
+    requested_tool,
 )
 from mock_upstream.openai_format import ReplyHeader
 from mock_upstream.prompt import (
@@ -54,9 +55,15 @@ def chat(cache: PromptCache, route: Route, body: Body, behaviour: MockBehaviour)
     usage = _usage(cache, chat_prompt(body), behaviour)
     tokens, truncated = output_tokens(behaviour, body, "max_tokens", "max_completion_tokens")
     seed = f"{model}\x00{last_user_text(body['messages'])}"
-    generation = generate(
-        seed, _choices(body), tokens, truncated, openai_forced_tool(body), chat_structured_text(body)
+    answered = (
+        bool(body["messages"])
+        and isinstance(body["messages"][-1], dict)
+        and body["messages"][-1].get("role") == "tool"
     )
+    tool = openai_forced_tool(body) or requested_tool(
+        behaviour, body.get("tools"), wrapped=True, answered=answered
+    )
+    generation = generate(seed, _choices(body), tokens, truncated, tool, chat_structured_text(body))
     head = ReplyHeader.new("chatcmpl-", model)
     if body.get("stream") is True:
         frames = openai_format.chat_stream(head, generation, usage, behaviour.chunks, _include_usage(body))

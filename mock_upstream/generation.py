@@ -111,6 +111,21 @@ def openai_forced_tool(body: dict[str, Any]) -> ForcedTool | None:
     return None
 
 
+def requested_tool(
+    behaviour: MockBehaviour, tools: Any, *, wrapped: bool, answered: bool
+) -> ForcedTool | None:
+    """The call the behaviour's `call_tool` asks for: made when the request offers that tool and the
+    conversation does not end with a tool's output (`answered`), so that a turn ends in text."""
+    if behaviour.call_tool is None or answered or not isinstance(tools, list):
+        return None
+    spec = _named_tool(tools, behaviour.call_tool, wrapped)
+    tool = _forced(spec, "call_", "parameters")
+    if tool is None or behaviour.call_arguments is None:
+        return tool
+    arguments = behaviour.call_arguments
+    return ForcedTool(tool.call_id, tool.name, msgspec.json.encode(arguments).decode(), arguments)
+
+
 def anthropic_forced_tool(body: dict[str, Any]) -> ForcedTool | None:
     """The tool an Anthropic request forces (`tool_choice` of type "any" or "tool")."""
     tools, choice = body.get("tools"), body.get("tool_choice")

@@ -16,7 +16,14 @@ import msgspec
 from mock_upstream.behaviour import MockBehaviour
 from mock_upstream.cache import PromptCache, PromptUsage
 from mock_upstream.content import split_pieces
-from mock_upstream.generation import ForcedTool, Generation, generate, output_tokens, structured_text
+from mock_upstream.generation import (
+    ForcedTool,
+    Generation,
+    generate,
+    output_tokens,
+    requested_tool,
+    structured_text,
+)
 from mock_upstream.openai_format import ReplyHeader
 from mock_upstream.prompt import chat_prompt, last_user_text
 from mock_upstream.replies import MockReply, json_reply, stream_reply
@@ -67,6 +74,13 @@ def _forced_tool(body: Body) -> ForcedTool | None:
     arguments = tool_arguments(wanted[0].get("parameters"))
     call_id = f"call_{uuid.uuid4().hex[:24]}"
     return ForcedTool(call_id, wanted[0]["name"], msgspec.json.encode(arguments).decode(), arguments)
+
+
+def _answered(body: Body) -> bool:
+    """Whether the input ends with a tool's output (the model's turn goes on in text)."""
+    items = body["input"]
+    last = items[-1] if isinstance(items, list) and items else None
+    return isinstance(last, dict) and last.get("type") in ("function_call_output", "custom_tool_call_output")
 
 
 def _structured_text(body: Body) -> str | None:
@@ -172,7 +186,10 @@ def responses(cache: PromptCache, body: Body, behaviour: MockBehaviour) -> MockR
                          "prompt_cache_key": body.get("prompt_cache_key")})  # fmt: skip
     prompt = cache.account(shape, behaviour)  # accounted even when omitted, so later hits still happen
     tokens, truncated = output_tokens(behaviour, body, "max_output_tokens")
-    generation = generate(f"{model}\x00{last_user_text(messages)}", 1, tokens, truncated, _forced_tool(body))
+    tool = _forced_tool(body) or requested_tool(
+        behaviour, body.get("tools"), wrapped=False, answered=_answered(body)
+    )
+    generation = generate(f"{model}\x00{last_user_text(messages)}", 1, tokens, truncated, tool)
     text = _structured_text(body) or " ".join(generation.choices[0])
     usage = None if behaviour.omit_usage else usage_object(prompt, generation.tokens)
     head = ReplyHeader.new("resp_", model)
