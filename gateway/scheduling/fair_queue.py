@@ -12,10 +12,20 @@ not known when it is dispatched (its output length is not): DRR needs the cost u
 a quantum, while VTC settles the real cost afterwards and the order follows. A team that becomes
 backlogged is lifted to the lowest counter among the backlogged teams (or where the class last
 served), so time spent idle (nothing queued, nothing running) banks no credit.
+
+Within a team, waiting work goes by prompt-length bucket (`BUCKET_BOUNDS`), shortest first and in
+arrival order within a bucket, so a few long prompts do not hold up many short ones. A waiter ages
+once `aging_passes` waiters have gone before it: shorter ones of its team dispatched while it
+waited, or ones the gate let past it (`take` of a waiter behind it, say because its KV did not fit
+yet). An aged waiter then goes in arrival order with the head of its team's shortest bucket: it
+passes no older waiter, and nothing younger passes it again. Counted in dispatches rather than
+seconds so that a deep backlog, where every waiter is old, keeps its order.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +33,30 @@ from typing import Any
 from gateway.routing.directives import Priority
 from gateway.scheduling.ticket import Ticket
 
+# Estimated prompt tokens where a bucket ends: 0-2k, 2-8k, 8-32k, 32k and more
+BUCKET_BOUNDS = (2048, 8192, 32768)
+BUCKETS = len(BUCKET_BOUNDS) + 1
+AGING_PASSES = 32  # scheduling.length_aging_passes
+CANDIDATES = 8  # how many waiters `candidates` offers at most
+
+
+def bucket_of(prompt_tokens: int) -> int:
+    """The prompt-length bucket of a request: 0 for the shortest."""
+    return bisect_right(BUCKET_BOUNDS, prompt_tokens)
+
 
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One queued request; compared by identity."""
+    """One queued request; compared by identity. The queue sets the fields after `reply`."""
 
     ticket: Ticket
     enqueued_at: float
     reply: Any = None  # the gate's future for this waiter
+    bucket: int = field(default=0, init=False)
+    arrival: int = field(default=0, init=False)  # its place in the queue's order of arrival
+    passed: int = field(default=0, init=False)  # waiters behind it the gate dispatched first
+    team: _TeamQueue | None = field(default=None, init=False, repr=False)  # None once out of the queue
+    shorter_before: int = field(default=0, init=False, repr=False)  # its team's shorter dispatches at arrival
 
     @property
     def team_id(self) -> str:
@@ -40,12 +66,72 @@ class Waiter:
     def priority(self) -> Priority:
         return self.ticket.priority
 
+    @property
+    def passes(self) -> int:
+        """How many waiters went before it while it waited: shorter ones of its team, and those
+        the gate let past it."""
+        team = self.team
+        if team is None:
+            return self.passed
+        return self.passed + team.shorter_dispatched[self.bucket] - self.shorter_before
+
+    @property
+    def aged(self) -> bool:
+        """It has been passed `aging_passes` times: nothing younger goes before it any more, and a
+        gate should wait for room for it rather than let another request past."""
+        team = self.team
+        return team is not None and self.passes >= team.aging_passes
+
+
+@dataclass(slots=True)
+class _TeamQueue:
+    """One team's waiters in one class: a FIFO per prompt-length bucket."""
+
+    aging_passes: int
+    buckets: tuple[deque[Waiter], ...] = field(default_factory=lambda: tuple(deque() for _ in range(BUCKETS)))
+    # Per bucket, the team's dispatches from shorter buckets so far: a waiter's in-team passes are
+    # the growth of its bucket's count since it arrived (no per-waiter update on each dispatch)
+    shorter_dispatched: list[int] = field(default_factory=lambda: [0] * BUCKETS)
+    size: int = 0
+
+    def push(self, waiter: Waiter) -> None:
+        waiter.team = self
+        waiter.shorter_before = self.shorter_dispatched[waiter.bucket]
+        self.buckets[waiter.bucket].append(waiter)
+        self.size += 1
+
+    def next(self) -> Waiter | None:
+        """The team's next: the oldest of its shortest bucket's head and the heads that aged."""
+        chosen = None
+        for queue in self.buckets:
+            if queue:
+                head = queue[0]
+                if chosen is None or (head.arrival < chosen.arrival and head.aged):
+                    chosen = head
+        return chosen
+
+    def heads(self) -> list[Waiter]:
+        """Each bucket's head, in the team's order: `next` first, then the others by bucket."""
+        heads = [queue[0] for queue in self.buckets if queue]
+        ready = sorted((h for i, h in enumerate(heads) if i == 0 or h.aged), key=lambda h: h.arrival)
+        return ready + [h for i, h in enumerate(heads) if i and not h.aged]
+
+    def remove(self, waiter: Waiter, dispatched: bool) -> None:
+        self.buckets[waiter.bucket].remove(waiter)
+        self.size -= 1
+        waiter.passed = waiter.passes  # kept, so it reads the same once out of the queue
+        waiter.team = None
+        if dispatched:  # it passed the team's longer waiters that were there before it
+            for bucket in range(waiter.bucket + 1, BUCKETS):
+                self.shorter_dispatched[bucket] += 1
+
 
 @dataclass(slots=True)
 class _ClassQueue:
     """One priority class: a queue per team and each team's virtual token counter."""
 
-    teams: dict[str, deque[Waiter]] = field(default_factory=dict)  # backlogged teams only
+    aging_passes: int
+    teams: dict[str, _TeamQueue] = field(default_factory=dict)  # backlogged teams only
     counters: dict[str, float] = field(default_factory=dict)
     active: dict[str, int] = field(default_factory=dict)  # requests in flight, by team
     served_at: float = 0.0  # the counter of the team served last: where a team with no rivals starts
@@ -58,22 +144,33 @@ class _ClassQueue:
             if not self.active.get(team):  # back from idle (nothing queued, nothing running): no credit
                 floor = min((self.counters[t] for t in self.teams), default=self.served_at)
                 self.counters[team] = max(self.counters.get(team, 0.0), floor)
-            queue = self.teams[team] = deque()
-        queue.append(waiter)
+            queue = self.teams[team] = _TeamQueue(self.aging_passes)
+        queue.push(waiter)
         self.size += 1
+
+    def _counter(self, team: str) -> float:
+        return self.counters.get(team, self.served_at)
 
     def peek(self) -> Waiter | None:
         if not self.teams:
             return None
-        team = min(self.teams, key=lambda t: self.counters.get(t, self.served_at))
-        return self.teams[team][0]
+        return self.teams[min(self.teams, key=self._counter)].next()
 
-    def remove(self, waiter: Waiter) -> bool:
-        queue = self.teams.get(waiter.team_id)
-        if queue is None or waiter not in queue:
+    def candidates(self, limit: int) -> list[Waiter]:
+        """Up to `limit` waiters: the teams by counter, each team's bucket heads in its order."""
+        found: list[Waiter] = []
+        for team in heapq.nsmallest(limit, self.teams, key=self._counter):
+            found += self.teams[team].heads()
+            if len(found) >= limit:
+                break
+        return found[:limit]
+
+    def remove(self, waiter: Waiter, dispatched: bool = False) -> bool:
+        queue = waiter.team
+        if queue is None or self.teams.get(waiter.team_id) is not queue:
             return False
-        queue.remove(waiter)
-        if not queue:
+        queue.remove(waiter, dispatched)
+        if not queue.size:
             del self.teams[waiter.team_id]
         self.size -= 1
         return True
@@ -89,11 +186,15 @@ class _ClassQueue:
 
 
 class FairQueue:
-    def __init__(self, batch_share: float) -> None:
-        self._classes = {priority: _ClassQueue() for priority in Priority}
+    """`aging_passes`: how many waiters may go before one before it has aged (0: arrival order
+    within a team)."""
+
+    def __init__(self, batch_share: float, aging_passes: int = AGING_PASSES) -> None:
+        self._classes = {priority: _ClassQueue(aging_passes) for priority in Priority}
         # Batch dispatches owed while both classes wait: +share/(1-share) per interactive dispatch
         self._batch_step = batch_share / (1.0 - batch_share) if batch_share < 1 else float("inf")
         self._batch_credit = 0.0
+        self._arrivals = 0
 
     def __len__(self) -> int:
         return sum(c.size for c in self._classes.values())
@@ -102,22 +203,48 @@ class FairQueue:
         return self._classes[priority].size
 
     def push(self, waiter: Waiter) -> None:
+        self._arrivals += 1
+        waiter.arrival = self._arrivals
+        waiter.bucket = bucket_of(waiter.ticket.prompt_tokens)
         self._classes[waiter.priority].push(waiter)
+
+    def _class_order(self) -> tuple[_ClassQueue, _ClassQueue]:
+        interactive, batch = self._classes[Priority.INTERACTIVE], self._classes[Priority.BATCH]
+        if interactive.size and batch.size and self._batch_credit >= 1.0:
+            return batch, interactive
+        return interactive, batch
 
     def peek(self) -> Waiter | None:
         """The waiter to dispatch next, left in place."""
-        interactive = self._classes[Priority.INTERACTIVE].peek()
-        batch = self._classes[Priority.BATCH].peek()
-        if interactive is None or batch is None:
-            return interactive or batch
-        return batch if self._batch_credit >= 1.0 else interactive
+        first, second = self._class_order()
+        return first.peek() or second.peek()
+
+    def candidates(self, limit: int = CANDIDATES) -> list[Waiter]:
+        """Up to `limit` waiters a gate may dispatch now, best first: `peek`'s first, then the
+        heads of the other buckets and teams (by counter), then those of the other class.
+
+        For a gate that cannot fit the first yet: it may dispatch a later one that fits (`take`
+        counts it as passing those before it), unless one before it has `aged`, which it should
+        wait for. A snapshot: after a `take`, ask again."""
+        first, second = self._class_order()
+        found = first.candidates(limit)
+        if len(found) < limit:
+            found += second.candidates(limit - len(found))
+        return found
 
     def take(self, waiter: Waiter) -> bool:
-        """Dispatch `waiter` (normally the one `peek` gave): out of the queue, charged to its team.
-        False if it is no longer queued (it gave up meanwhile)."""
-        both_wait = all(c.size for c in self._classes.values())
+        """Dispatch `waiter` (normally the one `peek` gave, or one of `candidates`): out of the
+        queue, charged to its team. False if it is no longer queued (it gave up meanwhile)."""
         queue = self._classes[waiter.priority]
-        if not queue.remove(waiter):
+        if waiter.team is None:
+            return False
+        if waiter is not self.peek():  # the gate let it past the waiters before it
+            for ahead in self.candidates():
+                if ahead is waiter:
+                    break
+                ahead.passed += 1
+        both_wait = all(c.size for c in self._classes.values())
+        if not queue.remove(waiter, dispatched=True):
             return False
         if both_wait:
             if waiter.priority is Priority.BATCH:
