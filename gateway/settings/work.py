@@ -43,6 +43,9 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # arrivals (rounded down: none below 20 slots at 0.05), so they do not wait for a batch
     # request to end
     interactive_reserve: float = 0.075
+    # The reserve is kept only while interactive work is about: in flight or waiting at the
+    # replica, or seen there within this many seconds; otherwise batch work may use it
+    reserve_idle_s: float = 1.0
     # Within a class and team, shorter prompts go first; a waiter that this many others went
     # before (shorter ones of its team, or ones a gate let past it) goes first (0: arrival order)
     length_aging_passes: int = 32
@@ -124,6 +127,7 @@ def check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
         "scheduling.max_queued": scheduling.max_queued >= 0,
         "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
         "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
+        "scheduling.reserve_idle_s": scheduling.reserve_idle_s >= 0,
         "scheduling.length_aging_passes": scheduling.length_aging_passes >= 0,
         "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
         "scheduling.prefix_affinity_tokens": 0 <= scheduling.prefix_affinity_tokens <= 1_000_000,
