@@ -69,9 +69,15 @@ class KeyStreams:
         return self._counts.get(key_id, 0)
 
 
+def openai_error_frame(exc: GatewayError) -> bytes:
+    """The in-band error of an OpenAI-format stream: a bare `data:` frame with the error object."""
+    return b"data: " + exc.to_json() + b"\n\n"
+
+
 @dataclass(slots=True)
 class StreamRelay:
-    """The frames of one stream for the client, and its close; `close()` runs once."""
+    """The frames of one stream for the client, and its close; `close()` runs once.
+    `error_frame`: how the stream's API tells a failure after the first byte."""
 
     request_id: str
     stream: OpenStream
@@ -80,6 +86,7 @@ class StreamRelay:
     error_code: str | None = None
     closed: bool = False
     slot: StreamSlot | None = None  # the key's count of streams in flight, released on close
+    error_frame: Callable[[GatewayError], bytes] = openai_error_frame
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
         """The frames to send, several joined when one upstream read held them."""
@@ -90,7 +97,7 @@ class StreamRelay:
         except GatewayError as exc:
             self.status, self.error_code = exc.status, exc.code
             log.warning("stream_failed", request_id=self.request_id, code=exc.code)
-            yield b"data: " + exc.to_json() + b"\n\n"
+            yield self.error_frame(exc)
 
     def client_stalled(self, timeout_s: float) -> None:
         """The client took none of the bytes sent for `timeout_s`: the front is closing its

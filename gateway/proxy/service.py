@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.auth.principal import Principal
+from gateway.dialects.messages.errors import error_event
 from gateway.dispatch.executor import Attempts, UpstreamAnswerTooLarge
 from gateway.dispatch.stream import OpenStream
 from gateway.errors import (
@@ -286,7 +287,10 @@ class ProxyService:
 
     def relay(self, ctx: ProxyContext, stream: OpenStream) -> StreamRelay:
         """Relay frames as they come; meter once at the end, however the stream ends."""
-        return StreamRelay(ctx.request_id, stream, functools.partial(self.meter_stream, ctx))
+        relay = StreamRelay(ctx.request_id, stream, functools.partial(self.meter_stream, ctx))
+        if ctx.parsed.endpoint is Endpoint.MESSAGES:  # an `error` event in Anthropic's envelope
+            relay.error_frame = error_event
+        return relay
 
     async def meter_stream(
         self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from gateway.errors import ErrorDetail
 from gateway.schemas.openai import Count, MaxTokens, ModelName
 
 # --- requests ---------------------------------------------------------------------------------
@@ -208,6 +209,15 @@ class TokenCount(msgspec.Struct, kw_only=True):
 
     input_tokens: int
     estimated: bool | UnsetType = UNSET
+
+
+class ErrorEnvelope(msgspec.Struct):
+    """Every error of the Messages API, answered or sent in a stream as an `error` event:
+    `error.type` in Anthropic's words (gateway.dialects.messages.errors), `error.message`, and the
+    gateway's own `param` and `code` beside them."""
+
+    error: ErrorDetail
+    type: str = "error"
 
 
 # --- stream events (what a translated stream sends) ---------------------------------------------

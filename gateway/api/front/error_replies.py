@@ -1,5 +1,7 @@
 """Error answers as OpenAI error objects: status, headers and body, for Litestar and the ASGI front.
-On the Messages API (`/v1/messages...`) the object is in Anthropic's envelope (`"type": "error"`).
+On the Messages API (`/v1/messages` and every path under it) every one of them, a refused key, an
+unknown path or a 500 included, is in Anthropic's envelope instead (`"type": "error"`,
+gateway.dialects.messages.errors).
 
 `gateway.app` turns them into Litestar responses; `gateway.api.front.proxy` sends them itself.
 Each logs the refusal once, as one `request_rejected` line that explains it to an operator: request
@@ -20,7 +22,9 @@ import structlog
 
 from gateway.auth.principal import Principal
 from gateway.db.session import database_error
+from gateway.dialects.messages.errors import error_envelope
 from gateway.errors import ErrorBody, ErrorDetail, GatewayError
+from gateway.schemas.anthropic import ErrorEnvelope
 
 log = structlog.get_logger("gateway.app")
 
@@ -34,7 +38,7 @@ HTTP_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 TOO_LARGE = "The request body is larger than the gateway accepts"
-MESSAGES_PATH = "/v1/messages"  # and count_tokens: answered in Anthropic's envelope
+MESSAGES_PATH = "/v1/messages"  # and the paths under it: answered in Anthropic's envelope
 _MAX_PATH_CHARS = 200  # a path echoed in a message: enough to recognise it, never a whole long URL
 
 
@@ -75,23 +79,27 @@ def log_refusal(asker: Asker, status: int, detail: ErrorDetail) -> None:
     )
 
 
+AnthropicError = ErrorEnvelope  # the envelope itself, as a message batch's errored result holds it
+
+
+def is_messages_path(path: str) -> bool:
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def error_body(detail: ErrorDetail, status: int, path: str) -> bytes:
+    """The error object, in the envelope the API of `path` answers with."""
+    if is_messages_path(path):
+        return error_envelope(detail, status)
+    return msgspec.json.encode(ErrorBody(detail))
+
+
 def gateway_error_reply(exc: GatewayError, asker: Asker) -> ErrorReply:
     headers = request_id_header(asker.request_id) | exc.headers
+    detail = exc.body().error
     if not exc.logged:
-        log_refusal(asker, exc.status, exc.body().error)
-    body = anthropic_envelope(exc) if asker.path.startswith(MESSAGES_PATH) else exc.to_json()
+        log_refusal(asker, exc.status, detail)
+    body = error_body(detail, exc.status, asker.path)
     return ErrorReply(exc.status, headers, body, exc.code, refused=not exc.logged)
-
-
-class AnthropicError(msgspec.Struct):
-    """Anthropic's error envelope, for the Messages API's clients; OpenAI's fields stay inside."""
-
-    error: ErrorDetail
-    type: str = "error"
-
-
-def anthropic_envelope(exc: GatewayError) -> bytes:
-    return msgspec.json.encode(AnthropicError(exc.body().error))
 
 
 def http_error_reply(status: int, detail: str | None, asker: Asker, param: str | None = None) -> ErrorReply:
@@ -101,9 +109,8 @@ def http_error_reply(status: int, detail: str | None, asker: Asker, param: str |
     message = TOO_LARGE if status == 413 else detail or "Request failed"
     error = ErrorDetail(message=message, type=kind, param=param, code=code)
     log_refusal(asker, status, error)
-    return ErrorReply(
-        status, request_id_header(asker.request_id), msgspec.json.encode(ErrorBody(error)), code, refused=True
-    )
+    body = error_body(error, status, asker.path)
+    return ErrorReply(status, request_id_header(asker.request_id), body, code, refused=True)
 
 
 def unrouted_reply(status: int, method: str, asker: Asker) -> ErrorReply | None:
@@ -121,7 +128,7 @@ def unrouted_reply(status: int, method: str, asker: Asker) -> ErrorReply | None:
     else:
         return None
     log_refusal(asker, status, detail)
-    body = msgspec.json.encode(ErrorBody(detail))
+    body = error_body(detail, status, path)
     return ErrorReply(status, request_id_header(asker.request_id), body, detail.code, refused=True)
 
 
@@ -143,4 +150,4 @@ def internal_error_reply(exc: Exception, asker: Asker) -> ErrorReply:
     detail = ErrorDetail(
         message="The gateway failed to handle this request", type="api_error", code="internal_error"
     )
-    return ErrorReply(500, request_id_header(request_id), msgspec.json.encode(ErrorBody(detail)), detail.code)
+    return ErrorReply(500, request_id_header(request_id), error_body(detail, 500, path), detail.code)

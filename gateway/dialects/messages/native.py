@@ -123,7 +123,7 @@ class NativeMessageStream:
             raise stream_error(_event(data)[1].error or UpstreamErrorObject())
         if kind == "message_stop":
             self._done = True
-        return [raw_frame(kind.encode(), data, last=self._done)]
+        return [raw_frame(kind.encode(), data)]
 
     def finish(self) -> list[bytes]:
         if self._done:
@@ -131,7 +131,7 @@ class NativeMessageStream:
         if self._stop_reason is None:
             raise UpstreamError("the upstream stream ended before the message was complete")
         self._done = True  # message_delta arrived: the message itself is complete
-        return [raw_frame(b"message_stop", b'{"type":"message_stop"}', last=True)]
+        return [raw_frame(b"message_stop", b'{"type":"message_stop"}')]
 
     def _message_start(self, document: dict[str, Any], event: UpstreamEvent) -> bytes:
         if event.message is not None and isinstance(document.get("message"), dict):

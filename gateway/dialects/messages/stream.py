@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from gateway.dialects.messages.response import message_id, message_usage, stop_reason
-from gateway.dialects.messages.sse import event_frame, final_frame
+from gateway.dialects.messages.sse import event_frame
 from gateway.errors import UpstreamError
 from gateway.providers.base import Pricing, StreamTranslator, TokenUsage
 from gateway.providers.errors import bad_response
@@ -157,7 +157,7 @@ class TranslatedMessageStream:
         )
         usage = message_usage(self._chat.usage, self._tariff)
         delta = MessageDelta(delta=MessageDeltaBody(stop_reason=reason, stop_sequence=sequence), usage=usage)
-        return [*frames, event_frame(delta), final_frame(MessageStop())]
+        return [*frames, event_frame(delta), event_frame(MessageStop())]
 
 
 def _decode(data: bytes) -> ChatCompletionChunk:

@@ -10,6 +10,7 @@ from typing import Any
 import anthropic.types
 import pytest
 
+from gateway.dialects.messages.errors import error_event
 from gateway.dialects.messages.native import NativeMessagesAdapter
 from gateway.errors import (
     InvalidRequest,
@@ -311,7 +312,7 @@ def test_a_stream_cut_after_its_message_delta_is_completed() -> None:
 
 def test_a_failure_after_the_first_byte_reaches_the_sdk_as_an_error_event() -> None:
     frames, _ = relay(upstream_events(START, {})[:3], finish=False)
-    relayed = b"".join(frames) + b'data: {"error": {"message": "cut", "type": "upstream_error"}}\n\n'
+    relayed = b"".join(frames) + error_event(UpstreamError("cut"))
     assert [event.event for event in sse_events(relayed)] == [
         "message_start",
         "content_block_start",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gateway.dialects.messages.adapter import TranslatedMessagesAdapter
+from gateway.dialects.messages.errors import error_event
 from gateway.errors import GatewayError, UpstreamError
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.settings import ProviderKind
@@ -184,16 +185,32 @@ def test_the_gateways_in_band_error_reaches_the_sdk_as_an_error_event() -> None:
     translator = ADAPTER.stream_translator(messages_call(messages_body(stream=True)))
     frames = translator.feed(json.dumps(chunk({"content": "Hel"})).encode())
     error = GatewayError("the upstream closed the connection")
-    relayed = b"".join(frames) + b"data: " + error.to_json() + b"\n\n"  # what gateway.proxy.relay sends
+    relayed = b"".join(frames) + error_event(error)  # what gateway.proxy.relay sends on this API
     events = sse_events(relayed)
     assert events[-1].event == "error"
-    assert json.loads(events[-1].data)["error"]["message"] == "the upstream closed the connection"
+    assert json.loads(events[-1].data) == {
+        "type": "error",
+        "error": {
+            "type": "api_error",
+            "message": "the upstream closed the connection",
+            "param": None,
+            "code": None,
+        },
+    }
     assert [e.event for e in events[:-1]] == [
         "message_start",
         "ping",
         "content_block_start",
         "content_block_delta",
     ]
+
+
+def test_every_event_line_belongs_to_its_own_data() -> None:
+    frames, _ = run(TEXT_STREAM)
+    for frame in frames:
+        event, data, end = frame.split(b"\n", 2)
+        assert event == b"event: " + json.loads(data.removeprefix(b"data: "))["type"].encode()
+        assert end == b"\n"
 
 
 def test_a_whole_stream_ends_clean() -> None:
