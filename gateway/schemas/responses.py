@@ -276,6 +276,34 @@ class Response(msgspec.Struct, kw_only=True):
     metadata: dict[str, str] = {}
 
 
+# --- stored Responses (gateway.responses_store) ------------------------------------------------
+
+
+class ResponseDeleted(msgspec.Struct, kw_only=True):
+    """The answer to DELETE /v1/responses/{id}."""
+
+    id: str
+    object: str = "response"
+    deleted: bool = True
+
+
+class InputItemList(msgspec.Struct, kw_only=True):
+    """A page of a stored Response's input items (GET /v1/responses/{id}/input_items)."""
+
+    object: str = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class InputTokens(msgspec.Struct, kw_only=True):
+    """The answer to POST /v1/responses/input_tokens."""
+
+    object: str = "response.input_tokens"
+    input_tokens: int
+
+
 # --- stream events ----------------------------------------------------------------------------
 
 
