@@ -5,6 +5,11 @@ waits in the replica's `FairQueue`. One pump task per replica, alive while the q
 hands out permits in the queue's order: it wakes when a permit comes back here, when the server's
 load is read again, or (with permits shared through Redis, which frees them from other processes
 too) after a short poll. A waiter that times out or whose client leaves takes itself out.
+
+Work-conserving: batch work leaves `interactive_reserve` of the capacity (slots of
+`max_concurrency`, and of the learned KV budget) free only while interactive work is about (in
+flight or waiting here, or seen within `reserve_idle_s`); otherwise the reserve is lent to it. An
+interactive arrival takes the next free slot first (the queue's order).
 """
 
 from __future__ import annotations
@@ -21,12 +26,12 @@ from gateway.errors import QueueFull, QueueTimeout
 from gateway.providers.base import TokenUsage
 from gateway.routing.directives import Priority
 from gateway.scheduling.fair_queue import FairQueue, Waiter
+from gateway.scheduling.in_flight import InFlight
 from gateway.scheduling.permits import Caps, PermitBank, fits
 from gateway.scheduling.server_load import ServerLoad
 from gateway.scheduling.ticket import Ticket
 
 log = structlog.get_logger("gateway.scheduling")
-SHARED_POLL_S = 0.005  # a shared bank is asked again this often while requests wait
 LOCAL_POLL_S = 1.0  # a local bank tells the pump itself; this only bounds a missed wake-up
 DEGRADED_RETRY_S = (
     1.0  # how long caps hold per process after the shared bank failed, before it is asked again
@@ -36,6 +41,7 @@ DEGRADED_RETRY_S = (
 @dataclass(frozen=True, slots=True)
 class Permit:
     bank: PermitBank | None  # where to give it back; None: counted by this process alone
+    tokens: int = 0  # what it holds of max_tokens_in_flight
 
 
 @dataclass(eq=False, slots=True)
@@ -76,20 +82,38 @@ class ReplicaGate:
         *,
         batch_share: float,
         interactive_reserve: float = 0.0,
+        reserve_idle_s: float = 1.0,
         load: ServerLoad | None = None,
         observe_wait: Callable[[str, float], None] = lambda priority, seconds: None,
     ) -> None:
         self.provider, self.url, self.caps = provider, url, caps
         self._batch_caps = batch_caps(caps, interactive_reserve)
+        self._batch_kv_share = 1.0 - interactive_reserve
+        self._reserve_idle_s = reserve_idle_s
+        self._interactive_in_flight = 0
+        self._interactive_until = 0.0  # the reserve is kept for interactive work until then
         self.queue = FairQueue(batch_share)
-        self.in_flight = 0  # granted by this process and not yet released
-        self.tokens_in_flight = 0
+        # Counted from the ask for a permit to its release, so that requests arriving during a
+        # shared bank's round trip see it
+        self.held = InFlight()
         self.server_load = load
         self._bank = bank  # None: this process's own counts are the whole truth
         self._degraded_until = 0.0  # the shared bank failed: this process counts alone until then
         self._observe_wait = observe_wait
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        if bank is not None:  # a permit freed in another process wakes the pump too
+            bank.watch(url, self.wake)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests this process holds permits for here (or is asking for)."""
+        return self.held.count
+
+    @property
+    def tokens_in_flight(self) -> int:
+        """What they hold of `max_tokens_in_flight`: a shared prefix counted once."""
+        return self.held.tokens
 
     @property
     def load(self) -> int:
@@ -103,6 +127,8 @@ class ReplicaGate:
         """A grant for this replica, now or after waiting in the queue; QueueTimeout after
         `timeout_s`, QueueFull when it would wait and `queue_full()`. The caller's cancellation
         (its client left) takes it out of the queue."""
+        if ticket.priority is Priority.INTERACTIVE:
+            self._interactive_until = time.monotonic() + self._reserve_idle_s
         if not self.queue:
             permit = await self._try(ticket, waiting=0)
             if permit is not None:
@@ -140,20 +166,34 @@ class ReplicaGate:
     async def _try(self, ticket: Ticket, waiting: int) -> Permit | None:
         """A permit now (from the shared bank, or counted here alone), or None.
 
-        The server's load is checked and the dispatch counted before the bank is asked: the
+        The server's load is checked and the request counted before the bank is asked: the
         requests that arrive during that round trip must see this one, or a burst passes at once."""
+        keep_reserve = ticket.priority is Priority.BATCH and self._reserve_kept()
         load = self.server_load
         if load is not None:
-            if not load.may_dispatch():
+            if not load.may_dispatch(ticket, self._batch_kv_share if keep_reserve else 1.0):
                 return None
             load.dispatched()
-        caps = self._batch_caps if ticket.priority is Priority.BATCH else self.caps
-        permit = await self._permit(ticket.tokens, caps, waiting)
-        if permit is None and load is not None:
-            load.withdrawn()
+        caps = self._batch_caps if keep_reserve else self.caps
+        tokens = self.held.hold(ticket)
+        permit = await self._permit(tokens, caps, waiting)
+        if permit is None:
+            self.held.drop(ticket)
+            if load is not None:
+                load.withdrawn()
         return permit
 
+    def _reserve_kept(self) -> bool:
+        """Whether batch work leaves the interactive reserve free now: only while interactive work
+        is about; otherwise it is lent to batch work (no slot idles that nobody wants)."""
+        return (
+            self._interactive_in_flight > 0
+            or self.queue.waiting(Priority.INTERACTIVE) > 0
+            or time.monotonic() < self._interactive_until
+        )
+
     async def _permit(self, tokens: int, caps: Caps, waiting: int) -> Permit | None:
+        """A permit for a request already counted in `held`, holding `tokens`."""
         if self._bank is not None and time.monotonic() >= self._degraded_until:
             try:
                 granted = await self._bank.acquire(self.url, tokens, caps, waiting)
@@ -166,13 +206,15 @@ class ReplicaGate:
                     detail="Redis unreachable: caps hold per process until it answers again",
                 )
             else:
-                return Permit(self._bank) if granted else None
+                return Permit(self._bank, tokens) if granted else None
         # No shared bank, or it is unreachable: what this process has in flight here decides.
-        return Permit(None) if fits(caps, self.in_flight, self.tokens_in_flight, tokens) else None
+        held = self.held
+        fitting = fits(caps, held.count - 1, held.tokens - tokens, tokens)
+        return Permit(None, tokens) if fitting else None
 
     def _granted(self, ticket: Ticket, permit: Permit, waited_s: float) -> Grant:
-        self.in_flight += 1
-        self.tokens_in_flight += ticket.tokens
+        if ticket.priority is Priority.INTERACTIVE:
+            self._interactive_in_flight += 1
         self.queue.started(ticket)
         self._observe_wait(ticket.priority.value, waited_s)
         return Grant(self.url, waited_s, self, ticket, permit.bank)
@@ -180,12 +222,16 @@ class ReplicaGate:
     def give_back(self, grant: Grant, usage: TokenUsage | None) -> None:
         ticket = grant.ticket
         assert ticket is not None
-        self.in_flight -= 1
-        self.tokens_in_flight -= ticket.tokens
+        freed = self.held.drop(ticket)
         if grant.bank is not None:
-            grant.bank.release(self.url, ticket.tokens)
+            grant.bank.release(self.url, freed)
+        if ticket.priority is Priority.INTERACTIVE:
+            self._interactive_in_flight -= 1
+            self._interactive_until = time.monotonic() + self._reserve_idle_s
         if self.server_load is not None:
             self.server_load.completed()
+            if usage is not None:  # the prompt estimate, checked against the server's count
+                self.server_load.capacity.learn_prompt(ticket.prompt_tokens, usage.prompt_tokens)
         served = None  # the team is charged what it was served, not what was guessed
         if usage is not None:
             served = max(usage.prompt_tokens - usage.cached_tokens, 0) + usage.completion_tokens
@@ -203,8 +249,9 @@ class ReplicaGate:
                     await self._sleep()
                     continue
                 if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
+                    freed = self.held.drop(waiter.ticket)
                     if permit.bank is not None:
-                        permit.bank.release(self.url, waiter.ticket.tokens)
+                        permit.bank.release(self.url, freed)
                     if self.server_load is not None:
                         self.server_load.withdrawn()
                     continue
@@ -214,7 +261,7 @@ class ReplicaGate:
             self._pump = None
 
     async def _sleep(self) -> None:
-        poll = LOCAL_POLL_S if self._bank is None else SHARED_POLL_S
+        poll = LOCAL_POLL_S if self._bank is None else self._bank.poll_s
         try:
             async with asyncio.timeout(poll):
                 await self._wake.wait()

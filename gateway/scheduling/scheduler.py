@@ -1,7 +1,7 @@
 """The scheduler: for each attempt at a deployment, a replica of its provider and a permit to send.
 
-A provider without `capacity` has no queue: its requests only choose a replica (the cache key's,
-or the least loaded) and go. With `capacity`, each replica has a gate (`gateway.scheduling.gate`)
+A provider without `capacity` has no queue: its requests only choose a replica (a conversation's,
+the cache key's, the prompt prefix's, or the least loaded: `gateway.scheduling.replicas`) and go. With `capacity`, each replica has a gate (`gateway.scheduling.gate`)
 that admits up to its caps and queues the rest, fairly. The scheduler works within one deployment:
 a batch waits at its pinned deployment, never anywhere else.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ import httpx
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
 from gateway.scheduling.permits import Caps, PermitBank
-from gateway.scheduling.replicas import choose_replica
+from gateway.scheduling.replicas import PrefixIndex, choose_replica
 from gateway.scheduling.server_load import ServerLoad, metrics_url_for
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import Catalog, Provider, SchedulingSettings
@@ -75,6 +76,8 @@ class ProviderQueue:
         self.gates: list[ReplicaGate] = []
         self.unlimited = [_Unlimited(url) for url in urls]
         self._rotation = itertools.count()
+        self.prefixes = PrefixIndex(len(urls))  # the leading blocks each replica was sent lately
+        self._failing: dict[int, float] = {}  # replica -> until when its failure passes it over
         if capacity is not None and self.limited:
             caps = Caps(capacity.max_concurrency, capacity.max_tokens_in_flight)
             for url in urls:
@@ -85,6 +88,7 @@ class ProviderQueue:
                     bank,
                     batch_share=settings.batch_share,
                     interactive_reserve=settings.interactive_reserve,
+                    reserve_idle_s=settings.reserve_idle_s,
                     observe_wait=lambda priority, s: observe_wait(provider.name, priority, s),
                 )
                 self.gates.append(gate)
@@ -94,18 +98,44 @@ class ProviderQueue:
             return sum(len(g.queue) for g in self.gates)
         return sum(g.queue.waiting(priority) for g in self.gates)
 
-    def _pick(self, cache_key: str | None, loads: list[int]) -> int:
-        return choose_replica(
-            cache_key, self.urls, loads, self._settings.affinity_load_bound, next(self._rotation)
+    def _pick(self, cache_key: str | None, ticket: Ticket, loads: list[int]) -> int:
+        now = time.monotonic()
+        failing = [i for i, until in self._failing.items() if until > now]
+        matched = (
+            self.prefixes.matched(ticket.leading) if ticket.leading is not None and not cache_key else []
         )
+        index = choose_replica(
+            cache_key,
+            self.urls,
+            loads,
+            self._settings.affinity_load_bound,
+            next(self._rotation),
+            prefix=ticket.leading,
+            matched=matched,
+            preferred=self.urls.index(ticket.replica) if ticket.replica in self.urls else None,
+            failing=failing,
+        )
+        if ticket.leading is not None and ticket.leading.blocks:
+            self.prefixes.record(ticket.leading, index)
+        return index
+
+    def failed(self, url: str, for_s: float) -> None:
+        """A request sent to replica `url` failed (a retryable error): while another replica is
+        within the load bound, neither affinity nor a conversation sends work there for `for_s`."""
+        if url in self.urls:
+            self._failing[self.urls.index(url)] = time.monotonic() + for_s
+
+    def succeeded(self, url: str) -> None:
+        if self._failing and url in self.urls:
+            self._failing.pop(self.urls.index(url), None)
 
     async def enter(self, cache_key: str | None, ticket: Ticket) -> Grant:
         if not self.limited:
             if len(self.unlimited) == 1:
                 return _Counted(self.unlimited[0])
-            index = self._pick(cache_key, [r.load for r in self.unlimited])
+            index = self._pick(cache_key, ticket, [r.load for r in self.unlimited])
             return _Counted(self.unlimited[index])
-        index = 0 if len(self.gates) == 1 else self._pick(cache_key, [g.load for g in self.gates])
+        index = 0 if len(self.gates) == 1 else self._pick(cache_key, ticket, [g.load for g in self.gates])
         gate = self.gates[index]
         timeouts = self._settings.queue_timeout_s
         timeout = timeouts.batch if ticket.priority is Priority.BATCH else timeouts.interactive
@@ -124,6 +154,7 @@ class Scheduler:
         observe_wait: Callable[[str, str, float], None] = lambda provider, priority, s: None,
     ) -> None:
         self._settings = catalog.scheduling
+        self._cooldown_s = catalog.circuit.cooldown_s
         self.bank = bank  # None: caps hold per process
         self.providers = {
             p.name: ProviderQueue(p, catalog.scheduling, self.bank, observe_wait) for p in catalog.providers
@@ -134,6 +165,14 @@ class Scheduler:
     async def enter(self, provider: Provider, cache_key: str | None, ticket: Ticket) -> Grant:
         """A grant to send one request to a replica of `provider`: at once, or after waiting."""
         return await self.providers[provider.name].enter(cache_key, ticket)
+
+    def replica_failed(self, provider: Provider, url: str) -> None:
+        """An attempt at replica `url` failed with a retryable error: the provider's affinity passes
+        it over for a circuit cool-down, or until a request there succeeds."""
+        self.providers[provider.name].failed(url, self._cooldown_s)
+
+    def replica_succeeded(self, provider: Provider, url: str) -> None:
+        self.providers[provider.name].succeeded(url)
 
     def gates(self) -> Iterator[ReplicaGate]:
         for queue in self.providers.values():
@@ -155,6 +194,7 @@ class Scheduler:
                     self._settings,
                     self._metrics_client,
                     on_change=gate.wake,
+                    in_flight=gate.held,
                 )
                 self._tasks.append(asyncio.create_task(gate.server_load.run(), name="server-load"))
 

@@ -2,9 +2,11 @@
 every `metrics_interval_s` and says whether this process may send the replica one more request now,
 on top of the static caps.
 
-The rule, from the last good read (W requests waiting, R running, KV-cache usage K) and the
-requests this process sent the replica (`dispatched_since`) and saw end (`completed_since`) since
-that read:
+When the server says how large its KV cache is (`vllm:cache_config_info`), the learned capacity
+(`gateway.scheduling.capacity`) decides: fill toward `kv_cache_high` of it, back off when the
+server preempts. Otherwise the rule, from the last good read (W requests waiting, R running,
+KV-cache usage K) and the requests this process sent the replica (`dispatched_since`) and saw end
+(`completed_since`) since that read:
 
 - Saturated at the read (W > 0, or K >= kv_cache_high): dispatch while
   W + dispatched_since - completed_since < target_waiting, keeping the server's own queue at
@@ -29,13 +31,15 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.scheduling.capacity import LearnedCapacity, LoadReading
+from gateway.scheduling.in_flight import InFlight
+from gateway.scheduling.ticket import UNSCHEDULED, Ticket
 from gateway.settings import SchedulingSettings
 
 log = structlog.get_logger("gateway.scheduling")
@@ -46,10 +50,14 @@ MIN_BURST = 4  # requests a server with nothing running may take between two rea
 WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # the second: older servers
+CACHE_CONFIG = "vllm:cache_config_info"  # its labels carry num_gpu_blocks and block_size
+PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")  # the second: a counter's bare name
 # Only these samples are parsed: a real server's /metrics carries hundreds of histogram lines that
 # say nothing about load and would make every read cost far more than it needs to.
 _LOAD_SAMPLES = re.compile(
-    "^(?:" + "|".join(re.escape(name) for name in (WAITING, RUNNING, *KV_USAGE)) + ")[{ \t].*$",
+    "^(?:"
+    + "|".join(re.escape(name) for name in (WAITING, RUNNING, *KV_USAGE, CACHE_CONFIG, *PREEMPTIONS))
+    + ")[{ \t].*$",
     re.MULTILINE,
 )
 
@@ -61,20 +69,36 @@ def metrics_url_for(base_url: str, capacity_metrics_url: str | None) -> str:
     return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
-@dataclass(frozen=True, slots=True)
-class LoadReading:
-    waiting: float  # requests queued at the server, summed over its series (one per model, engine...)
-    running: float
-    kv_usage: float | None  # 0..1, the highest of its series; None: the server does not report it
-    read_at: float  # the ServerLoad clock's time of the read
+def _label_int(labels: dict[str, str], name: str) -> int | None:
+    try:
+        value = int(labels.get(name, ""))
+    except ValueError:  # absent, or "None" before the engine has sized its cache
+        return None
+    return value if value > 0 else None
+
+
+def kv_size(samples: list[tuple[dict[str, str], float]]) -> tuple[int | None, int | None]:
+    """(KV-cache tokens, block size) from `vllm:cache_config_info`'s labels, summed over its
+    series (one per engine), or (None, None) when no series gives both."""
+    tokens, block_size = 0, None
+    for labels, _ in samples:
+        blocks, size = _label_int(labels, "num_gpu_blocks"), _label_int(labels, "block_size")
+        if blocks is not None and size is not None:
+            tokens += blocks * size
+            block_size = size
+    return (tokens or None), block_size
 
 
 def parse_load(text: str, read_at: float) -> LoadReading | None:
     """The load in a Prometheus text exposition, or None when it has no vLLM waiting and running
     series (or cannot be parsed)."""
     values: dict[str, list[float]] = {}
+    config: list[tuple[dict[str, str], float]] = []
     try:
         for family in text_string_to_metric_families("\n".join(_LOAD_SAMPLES.findall(text)) + "\n"):
+            if family.name == CACHE_CONFIG:
+                config.extend((sample.labels, sample.value) for sample in family.samples)
+                continue
             samples = [sample.value for sample in family.samples if math.isfinite(sample.value)]
             values.setdefault(family.name, []).extend(samples)
     except ValueError:
@@ -82,7 +106,17 @@ def parse_load(text: str, read_at: float) -> LoadReading | None:
     if WAITING not in values or RUNNING not in values:
         return None
     usage = [value for name in KV_USAGE for value in values.get(name, [])]
-    return LoadReading(sum(values[WAITING]), sum(values[RUNNING]), max(usage, default=None), read_at)
+    preempted = next((values[name] for name in PREEMPTIONS if name in values), None)
+    kv_tokens, block_size = kv_size(config)
+    return LoadReading(
+        waiting=sum(values[WAITING]),
+        running=sum(values[RUNNING]),
+        kv_usage=max(usage, default=None),
+        kv_tokens=kv_tokens,
+        block_size=block_size,
+        preemptions=None if preempted is None else sum(preempted),
+        read_at=read_at,
+    )
 
 
 def _loggable(url: str) -> str:
@@ -104,9 +138,12 @@ class ServerLoad:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[], None] = lambda: None,
+        in_flight: InFlight | None = None,
     ) -> None:
         self.metrics_url = metrics_url
         self._settings = settings
+        self.in_flight = InFlight() if in_flight is None else in_flight  # the gate's, at this replica
+        self.capacity = LearnedCapacity(settings.kv_cache_high, settings.target_waiting)
         self._client = client
         self._clock = clock
         self._on_change = on_change
@@ -136,6 +173,7 @@ class ServerLoad:
         self._unreadable = False
         self.reading = outcome
         self.dispatched_since = self.completed_since = 0
+        self.capacity.observe(outcome, self.in_flight)
         return outcome
 
     async def _fetch(self) -> LoadReading | str:
@@ -156,10 +194,14 @@ class ServerLoad:
             return None
         return reading
 
-    def may_dispatch(self) -> bool:
+    def may_dispatch(self, ticket: Ticket | None = None, share: float = 1.0) -> bool:
+        """Whether `ticket` may go now (None: a request that adds nothing but itself); `share`: the
+        part of the learned capacity its class may fill."""
         reading = self.fresh_reading()
         if reading is None:
             return True
+        if self.capacity.kv_tokens is not None:
+            return self.capacity.admits(ticket or UNSCHEDULED, self.in_flight, share)
         settings = self._settings
         net = self.dispatched_since - self.completed_since
         kv_high = reading.kv_usage is not None and reading.kv_usage >= settings.kv_cache_high
@@ -198,4 +240,19 @@ class ServerLoad:
             "age_s": None if reading is None else max(0.0, self._clock() - reading.read_at),
             "stale": self.fresh_reading() is None,
             "held": not self.may_dispatch(),
+            "capacity": self._capacity_snapshot(),
+        }
+
+    def _capacity_snapshot(self) -> dict[str, Any] | None:
+        capacity = self.capacity
+        if capacity.kv_tokens is None:
+            return None
+        return {
+            "kv_tokens": capacity.kv_tokens,
+            "budget_tokens": round(capacity.budget),
+            "peak_tokens": round(capacity.peak(self.in_flight)),
+            "shares_prefix": capacity.shares_prefix,
+            "prompt_ratio": round(capacity.prompt_ratio, 3),
+            "fill": round(capacity.fill, 3),
+            "slot_limit": capacity.slot_limit,
         }

@@ -136,8 +136,12 @@ async def test_the_real_usage_is_charged_to_the_team() -> None:
     assert teams[:2] == ["light", "light"]
 
 
-async def test_batch_work_leaves_the_interactive_reserve_free() -> None:
-    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=20), batch_share=0.1, interactive_reserve=0.05)
+async def test_batch_work_leaves_the_interactive_reserve_free_while_interactive_work_is_about() -> None:
+    replica = ReplicaGate(
+        "vllm", URL, Caps(max_concurrency=20), batch_share=0.1, interactive_reserve=0.05, reserve_idle_s=60
+    )
+    seen = await replica.enter(ticket(), 1.0, never_full)  # interactive work was here a moment ago
+    seen.release()
     batch = [await replica.enter(ticket(priority=Priority.BATCH), 1.0, never_full) for _ in range(19)]
     waiting = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
     await asyncio.sleep(0.01)
@@ -147,5 +151,27 @@ async def test_batch_work_leaves_the_interactive_reserve_free() -> None:
     interactive.release()
     batch.pop().release()
     (await asyncio.wait_for(waiting, 1.0)).release()
+    for grant in batch:
+        grant.release()
+
+
+async def test_the_reserve_is_lent_to_batch_work_while_no_interactive_work_is_about() -> None:
+    """Work-conserving: the reserve idles for nobody. Once lent, an interactive arrival takes the
+    next free slot before the batch work waiting with it."""
+    replica = ReplicaGate(
+        "vllm", URL, Caps(max_concurrency=20), batch_share=0.1, interactive_reserve=0.05, reserve_idle_s=0
+    )
+    batch = [await replica.enter(ticket(priority=Priority.BATCH), 1.0, never_full) for _ in range(20)]
+    assert replica.in_flight == 20
+    queued_batch = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    interactive = asyncio.create_task(replica.enter(ticket(), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    assert not interactive.done() and not queued_batch.done()
+    batch.pop().release()
+    (await asyncio.wait_for(interactive, 1.0)).release()
+    assert not queued_batch.done()  # the interactive work was about when the slot came back
+    batch.pop().release()
+    (await asyncio.wait_for(queued_batch, 1.0)).release()
     for grant in batch:
         grant.release()

@@ -152,7 +152,16 @@ async def test_parse_load_reads_the_simulators_own_metrics() -> None:
 
     reading = parse_load(text, read_at=5.0)
 
-    assert reading == LoadReading(waiting=2, running=1, kv_usage=truth["kv_cache_usage"], read_at=5.0)
+    size = engine.config.num_gpu_blocks * engine.config.block_size
+    assert reading == LoadReading(
+        waiting=2,
+        running=1,
+        kv_usage=truth["kv_cache_usage"],
+        read_at=5.0,
+        kv_tokens=size,
+        block_size=engine.config.block_size,
+        preemptions=truth["preemptions"],
+    )
     assert (truth["waiting"], truth["running"]) == (2, 1)
     assert reading.kv_usage is not None and reading.kv_usage > 0
 
@@ -215,6 +224,7 @@ async def test_never_read_allows_everything(client: httpx.AsyncClient, clock: Cl
         "age_s": None,
         "stale": True,
         "held": False,
+        "capacity": None,
     }
 
 
@@ -273,6 +283,7 @@ async def test_a_server_with_room_takes_a_burst_per_read(
         "age_s": 0.0,
         "stale": False,
         "held": True,
+        "capacity": None,  # the server does not say its size
     }
 
     endpoint.text = vllm_text(waiting=0, running=23, kv=0.5)
@@ -438,7 +449,8 @@ async def test_run_reads_the_load_a_replica_is_under(simulator: str) -> None:
 
             body = {"model": "m", "messages": [{"role": "user", "content": "hello " * 50}], "max_tokens": 40}
             requests = [asyncio.create_task(client.post("/chat/completions", json=body)) for _ in range(3)]
-            await until(changes, lambda: (load.snapshot()["waiting"] or 0) >= 1)
+            # Requests wait there at two reads running one: that is the server's sequence limit
+            await until(changes, lambda: load.capacity.slot_limit == 1)
             snapshot = load.snapshot()
             assert snapshot["running"] == 1 and snapshot["kv_usage"] > 0
             assert snapshot["held"] is True and not load.may_dispatch()
