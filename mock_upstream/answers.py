@@ -91,12 +91,24 @@ def embeddings(route: Route, body: Body, behaviour: MockBehaviour) -> MockReply:
     return json_reply(200, reply)
 
 
+def anthropic_answered(messages: list[Any]) -> bool:
+    """The conversation ends with a tool's output: a user turn of tool_result blocks."""
+    last = messages[-1] if messages else None
+    content = last.get("content") if isinstance(last, dict) and last.get("role") == "user" else None
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+
+
 def messages(cache: PromptCache, route: Route, body: Body, behaviour: MockBehaviour) -> MockReply:
     model = _model(route, body)
     usage = _usage(cache, anthropic_prompt(body), behaviour)
     tokens, truncated = output_tokens(behaviour, body, "max_tokens")
     seed = f"{model}\x00{last_user_text(body['messages'])}"
-    generation = generate(seed, 1, tokens, truncated, anthropic_forced_tool(body))
+    tool = anthropic_forced_tool(body) or requested_tool(
+        behaviour, body.get("tools"), wrapped=False, answered=anthropic_answered(body["messages"])
+    )
+    generation = generate(seed, 1, tokens, truncated, tool)
     head = ReplyHeader.new("msg_", model)
     if body.get("stream") is True:
         return stream_reply(

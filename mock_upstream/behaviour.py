@@ -39,8 +39,8 @@ class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     omit_usage: bool = False
     seed: int = 0  # seeds the random source that decides `fail_rate`
     batch_delay_ms: NonNegative = 0.0  # a batch of the batch APIs ends this long after its creation
-    # An agent's turn: call this function tool when the request offers it (chat and Responses
-    # requests) and the conversation does not end with a tool's output, else answer with text
+    # An agent's turn: call this function tool when the request offers it (chat, Responses and
+    # Messages requests) and the conversation does not end with a tool's output, else answer with text
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None  # the call's arguments; None: values its schema accepts
 

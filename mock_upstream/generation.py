@@ -119,7 +119,8 @@ def requested_tool(
     if behaviour.call_tool is None or answered or not isinstance(tools, list):
         return None
     spec = _named_tool(tools, behaviour.call_tool, wrapped)
-    tool = _forced(spec, "call_", "parameters")
+    # wrapped: OpenAI's function tools; else Anthropic's tools, with their own call ids
+    tool = _forced(spec, "call_", "parameters") if wrapped else _forced(spec, "toolu_", "input_schema")
     if tool is None or behaviour.call_arguments is None:
         return tool
     arguments = behaviour.call_arguments
