@@ -248,8 +248,9 @@ def _is_name(value: object, longest: int) -> TypeGuard[str]:
 
 def prefix_key(body: dict[str, Any]) -> str:
     """A 32-hex digest of what a request shares with its neighbours: the messages before its last
-    user message, and its tools. Lines with the same system prompt (and tools) get the same key,
-    so they can run together while the server's prefix cache holds that prefix."""
+    user message, its system prompt (a Messages request's), and its tools. Lines with the same
+    system prompt (and tools) get the same key, so they can run together while the server's prefix
+    cache holds that prefix."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         messages = []
@@ -257,4 +258,6 @@ def prefix_key(body: dict[str, Any]) -> str:
         i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "user"
     ]
     shared = {"messages": messages[: users[-1]] if users else messages, "tools": body.get("tools")}
+    if "system" in body:  # a Messages request's system prompt stands apart from its messages
+        shared["system"] = body["system"]
     return hashlib.blake2b(msgspec.json.encode(shared, order="sorted"), digest_size=16).hexdigest()

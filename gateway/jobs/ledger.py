@@ -27,6 +27,7 @@ from gateway.jobs.files.store import FileStore
 from gateway.jobs.output_files import JobFiles, LineRecord
 from gateway.metering.events import UsageEvent
 from gateway.metering.storage.writer import record_row
+from gateway.providers.base import Endpoint
 
 # The statuses a runner works on; every other status is final.
 RUNNABLE = ("validating", "in_progress", "finalizing", "cancelling")
@@ -54,6 +55,7 @@ class PendingLine:
     body: str  # the request body, JSON text
     prefix_key: str  # shared by the lines whose prompts start the same
     runs: int = 0  # the runs started so far: the next one's request id is `line_request_id(..., runs + 1)`
+    endpoint: Endpoint = Endpoint.CHAT  # what its body is: its job's endpoint
 
 
 def line_request_id(job_id: str, line_no: int, run: int) -> str:
@@ -234,16 +236,19 @@ async def set_paused(session: AsyncSession, claim: Claim, reason: str | None) ->
     return held
 
 
-async def pending_lines(session: AsyncSession, job_id: str) -> list[PendingLine]:
-    """The lines with no outcome, those sharing a prompt prefix together (the server's prefix
-    cache then hits), in input order within a prefix."""
+async def pending_lines(
+    session: AsyncSession, job_id: str, endpoint: Endpoint = Endpoint.CHAT
+) -> list[PendingLine]:
+    """The lines with no outcome (requests to `endpoint`), those sharing a prompt prefix together
+    (the server's prefix cache then hits), in input order within a prefix."""
     query = (
         select(BatchLine.line_no, BatchLine.body, BatchLine.prefix_key, BatchLine.runs)
         .where(BatchLine.job_id == job_id, BatchLine.state == PENDING)
         .order_by(BatchLine.prefix_key, BatchLine.line_no)
     )
     return [
-        PendingLine(row.line_no, row.body, row.prefix_key, row.runs) for row in await session.execute(query)
+        PendingLine(row.line_no, row.body, row.prefix_key, row.runs, endpoint)
+        for row in await session.execute(query)
     ]
 
 

@@ -1,5 +1,5 @@
-"""Batch jobs repository: create a job from its input file (checked, with one row per line), read,
-page and cancel a team's jobs.
+"""Batch jobs repository: create a job from its input file (checked, with one row per line) or from
+an Anthropic Message Batch's requests, read, page, cancel and delete a team's jobs.
 
 Only the runner moves a job forward and only it moves the counts; the API creates jobs in
 `validating` (or `failed`, for a bad file) and asks for a cancel by moving them to `cancelling`.
@@ -8,12 +8,15 @@ Only the runner moves a job forward and only it moves the counts; the API create
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
+import msgspec
 from sqlalchemy import Select, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,22 +24,29 @@ from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob, BatchLine
 from gateway.db.teams import utcnow
 from gateway.errors import Conflict, DirectiveConflict, InvalidRequest, NotFound
-from gateway.jobs.files.repository import BATCH_INPUT, file_chunks, get_file
+from gateway.jobs.files.repository import BATCH_INPUT, delete_file, file_chunks, get_file
 from gateway.jobs.files.store import FileStore
-from gateway.jobs.input_lines import InputCheck, InputLine, InputVerdict
+from gateway.jobs.input_lines import CHECK_CHUNK_BYTES, InputCheck, InputLine, InputVerdict
 from gateway.jobs.pages import page_after
+from gateway.providers.base import Endpoint
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import NO_DIRECTIVES, Directives, parse_directives
 from gateway.routing.policy import eligible_deployments
-from gateway.schemas.batch_api import BatchCreate
+from gateway.schemas.batch_api import BatchCreate, BatchRequestLine, MessageBatchRequest
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 # OpenAI's other batch endpoints (/v1/embeddings, /v1/completions, /v1/responses, ...) are refused:
 # the runner sends chat completions only.
 ENDPOINTS = frozenset({CHAT_ENDPOINT})
+# An Anthropic Message Batch's job: its lines are Messages requests (gateway.api.anthropic.batches)
+MESSAGES_ENDPOINT = "/v1/messages"
+LINE_ENDPOINTS = {CHAT_ENDPOINT: Endpoint.CHAT, MESSAGES_ENDPOINT: Endpoint.MESSAGES}
 COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}  # the only window OpenAI accepts
+MESSAGE_BATCH_WINDOW = "24h"  # Anthropic's: a Message Batch expires 24 hours after its creation
+_CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # Anthropic's rule for a Message Batch's custom_id
 CANCELLABLE = frozenset({"validating", "in_progress"})
 ALREADY_CANCELLING = frozenset({"cancelling", "cancelled"})
+ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 REGION_KEY, PROVIDER_KEY = "gateway_region", "gateway_provider"
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512  # OpenAI's limits
 
@@ -116,30 +126,14 @@ async def create_job(
     The file is read and checked once, a chunk at a time, and each chunk's good lines are added to
     the job as they come: a create holds about a chunk of the file, whatever its size."""
     spec, team_id = request.spec, request.principal.team_id
-    window = _window(spec)
+    _check_served(spec)
     stored = await get_file(session, team_id, spec.input_file_id, param="input_file_id")
     if stored.purpose != BATCH_INPUT:
         raise InvalidRequest(
             f"The file {stored.id} has purpose {stored.purpose!r}; a batch's input must have purpose 'batch'.",
             param="input_file_id",
         )
-    now = utcnow()
-    job = BatchJob(
-        id=new_batch_id(),
-        team_id=team_id,
-        key_id=request.principal.key_id,
-        endpoint=spec.endpoint,
-        input_file_id=stored.id,
-        completion_window=spec.completion_window,
-        metadata_=spec.metadata,
-        directives=stored_directives(request.directives),
-        request_total=0,
-        created_at=now,
-        expires_at=now + window,
-        status="validating",
-    )
-    session.add(job)
-    await session.flush()  # the lines' foreign key needs the job row first
+    job = await _new_job(session, request, stored.id)
     verdict = await _add_lines(
         session, job.id, spec.endpoint, file_chunks(session, team_id, stored.id, store=store)
     )
@@ -149,13 +143,82 @@ async def create_job(
     if verdict.errors:
         # The lines added before the first bad one go: a failed batch has none.
         await session.execute(delete(BatchLine).where(BatchLine.job_id == job.id))
-        job.status, job.failed_at = "failed", now
+        job.status, job.failed_at = "failed", job.created_at
         job.errors = [
             {"code": e.code, "message": e.message, "param": e.param, "line": e.line} for e in verdict.errors
         ]
     else:
         job.request_total = verdict.requests
     await session.flush()
+    return job
+
+
+async def create_message_batch(
+    session: AsyncSession,
+    principal: Principal,
+    requests: Sequence[MessageBatchRequest],
+    directives: Directives,
+    table: DeploymentTable,
+) -> BatchJob:
+    """A job for an Anthropic Message Batch: each request one line, checked as an input file's
+    lines are. Anthropic refuses a batch whose requests are wrong when it is created: a 400 naming
+    the first wrong request, and no job (the caller's transaction rolls back)."""
+    for i, request in enumerate(requests):
+        if not _CUSTOM_ID.fullmatch(request.custom_id):
+            raise InvalidRequest(
+                "custom_id must be 1 to 64 letters, digits, underscores or hyphens.",
+                param=f"requests[{i}].custom_id",
+            )
+    spec = BatchCreate("", MESSAGES_ENDPOINT, MESSAGE_BATCH_WINDOW)
+    job = await _new_job(session, JobRequest(principal, spec, directives), input_file_id="")
+    lines = (
+        msgspec.json.encode(BatchRequestLine(r.custom_id, "POST", MESSAGES_ENDPOINT, r.params))
+        for r in requests
+    )
+    verdict = await _add_lines(session, job.id, MESSAGES_ENDPOINT, _in_chunks(lines))
+    if verdict.errors:
+        first = verdict.errors[0]
+        where = "requests" if first.line is None else f"requests[{first.line - 1}]"
+        param = where if first.param is None else f"{where}.{first.param.replace('body', 'params', 1)}"
+        raise InvalidRequest(f"{where}: {first.message}", param=param, code=first.code)
+    if verdict.model is not None:
+        eligible_deployments(verdict.model, directives, principal, table)
+    job.model, job.request_total = verdict.model, verdict.requests
+    await session.flush()
+    return job
+
+
+async def _in_chunks(lines: Iterable[bytes]) -> AsyncIterator[bytes]:
+    """Lines as the chunks of a JSONL file."""
+    chunk = bytearray()
+    for line in lines:
+        chunk += line + b"\n"
+        if len(chunk) >= CHECK_CHUNK_BYTES:
+            yield bytes(chunk)
+            chunk = bytearray()
+    if chunk:
+        yield bytes(chunk)
+
+
+async def _new_job(session: AsyncSession, request: JobRequest, input_file_id: str) -> BatchJob:
+    """The job's row, `validating` and with no line yet."""
+    spec, now = request.spec, utcnow()
+    job = BatchJob(
+        id=new_batch_id(),
+        team_id=request.principal.team_id,
+        key_id=request.principal.key_id,
+        endpoint=spec.endpoint,
+        input_file_id=input_file_id,
+        completion_window=spec.completion_window,
+        metadata_=spec.metadata,
+        directives=stored_directives(request.directives),
+        request_total=0,
+        created_at=now,
+        expires_at=now + COMPLETION_WINDOWS[spec.completion_window],
+        status="validating",
+    )
+    session.add(job)
+    await session.flush()  # the lines' foreign key needs the job row first
     return job
 
 
@@ -196,8 +259,8 @@ async def _insert_lines(session: AsyncSession, job_id: str, first: int, lines: l
     return first + len(lines)
 
 
-def _window(spec: BatchCreate) -> timedelta:
-    """The completion window, once the endpoint and the window are known to be served."""
+def _check_served(spec: BatchCreate) -> None:
+    """A 400 unless the batch's endpoint and completion window are served."""
     if spec.endpoint not in ENDPOINTS:
         raise InvalidRequest(
             f"The endpoint {spec.endpoint!r} is not supported for batches; "
@@ -205,21 +268,25 @@ def _window(spec: BatchCreate) -> timedelta:
             param="endpoint",
             code="unsupported",
         )
-    window = COMPLETION_WINDOWS.get(spec.completion_window)
-    if window is None:
+    if spec.completion_window not in COMPLETION_WINDOWS:
         raise InvalidRequest(
             f"completion_window must be one of: {', '.join(COMPLETION_WINDOWS)}.", param="completion_window"
         )
-    return window
 
 
-def _team_jobs(team_id: str) -> Select[BatchJob]:
-    return select(BatchJob).where(BatchJob.team_id == team_id)
+def _team_jobs(team_id: str, endpoint: str | None = None) -> Select[BatchJob]:
+    query = select(BatchJob).where(BatchJob.team_id == team_id)
+    return query if endpoint is None else query.where(BatchJob.endpoint == endpoint)
 
 
-async def get_job(session: AsyncSession, team_id: str, job_id: str, *, for_update: bool = False) -> BatchJob:
-    """The team's job; NotFound for an unknown one or another team's."""
-    query = _team_jobs(team_id).where(BatchJob.id == job_id).execution_options(populate_existing=True)
+async def get_job(
+    session: AsyncSession, team_id: str, job_id: str, *, for_update: bool = False, endpoint: str | None = None
+) -> BatchJob:
+    """The team's job (of `endpoint`'s lines, when given); NotFound for an unknown one or another
+    team's."""
+    query = (
+        _team_jobs(team_id, endpoint).where(BatchJob.id == job_id).execution_options(populate_existing=True)
+    )
     job = (await session.scalars(query.with_for_update() if for_update else query)).first()
     if job is None:
         raise NotFound(f"No batch found with id {job_id!r}.", param="batch_id", code="batch_not_found")
@@ -227,20 +294,31 @@ async def get_job(session: AsyncSession, team_id: str, job_id: str, *, for_updat
 
 
 async def list_jobs(
-    session: AsyncSession, team_id: str, *, limit: int, after: str | None
+    session: AsyncSession,
+    team_id: str,
+    *,
+    limit: int,
+    after: str | None = None,
+    before: str | None = None,
+    endpoint: str | None = None,
 ) -> tuple[list[BatchJob], bool]:
-    """A page of the team's jobs, newest first, and whether more follow."""
-    return await page_after(
-        session, _team_jobs(team_id), BatchJob, limit=limit, after=after, newest_first=True
-    )
+    """A page of the team's jobs (of `endpoint`'s lines, when given), newest first, and whether
+    more follow: the older ones `after` a job, or the newer ones `before` it (those nearest it)."""
+    query = _team_jobs(team_id, endpoint)
+    if before is None:
+        return await page_after(session, query, BatchJob, limit=limit, after=after, newest_first=True)
+    rows, has_more = await page_after(session, query, BatchJob, limit=limit, after=before, newest_first=False)
+    return rows[::-1], has_more
 
 
-async def cancel_job(session: AsyncSession, team_id: str, job_id: str) -> BatchJob:
+async def cancel_job(
+    session: AsyncSession, team_id: str, job_id: str, *, endpoint: str | None = None
+) -> BatchJob:
     """Ask the runner to stop the job: `validating`/`in_progress` -> `cancelling`. A job already
     cancelling or cancelled is left as it is; any other status is past cancelling (409).
 
     The row is locked until the caller commits, so a runner's transition cannot interleave."""
-    job = await get_job(session, team_id, job_id, for_update=True)
+    job = await get_job(session, team_id, job_id, for_update=True, endpoint=endpoint)
     if job.status in CANCELLABLE:
         job.status = "cancelling"
         job.cancelling_at = utcnow()
@@ -248,3 +326,29 @@ async def cancel_job(session: AsyncSession, team_id: str, job_id: str) -> BatchJ
     elif job.status not in ALREADY_CANCELLING:
         raise Conflict(f"Cannot cancel a batch with status {job.status!r}.", param="batch_id")
     return job
+
+
+async def delete_job(
+    session: AsyncSession,
+    team_id: str,
+    job_id: str,
+    *,
+    endpoint: str | None = None,
+    store: FileStore | None = None,
+) -> None:
+    """Delete an ended job, its lines and its output and error files (their bytes from `store`
+    too); its usage records stay, as the metering's truth. A job still running is a 409: cancel it
+    first. The caller commits."""
+    job = await get_job(session, team_id, job_id, for_update=True, endpoint=endpoint)
+    if job.status not in ENDED:
+        raise Conflict(
+            f"The batch {job_id!r} is still being processed; cancel it, then delete it once it has ended.",
+            param="batch_id",
+        )
+    for file_id in (job.output_file_id, job.error_file_id):
+        if file_id is not None:
+            with contextlib.suppress(NotFound):  # the team deleted it already
+                await delete_file(session, team_id, file_id, store=store)
+    await session.execute(delete(BatchLine).where(BatchLine.job_id == job.id))
+    await session.delete(job)
+    await session.flush()

@@ -1,6 +1,6 @@
 """The batch APIs' wire format, as msgspec Structs: OpenAI's Files and Batches (File and Batch
 objects, their lists, the batch create request, the lines of input and output files), which the
-gateway serves and submits to, and Anthropic's Message Batches, which it submits to.
+gateway serves and submits to, and Anthropic's Message Batches, which it submits to and serves.
 
 OpenAI's own document types the optional members of File and Batch (`expires_at`, `errors`,
 `output_file_id`, every `*_at`) as plain strings and integers, never null: the gateway leaves an
@@ -190,10 +190,15 @@ class MessageBatchRequest(Struct):
 
 
 class MessageBatchCreate(Struct):
+    """POST /v1/messages/batches, as the gateway submits it and as it serves it."""
+
     requests: list[MessageBatchRequest]
 
 
 class MessageBatch(Struct):
+    """What the gateway reads of the Message Batch Anthropic answers (`ServedMessageBatch` is the
+    one the gateway answers)."""
+
     id: str
     processing_status: str | None = None
     results_url: str | None = None
@@ -210,3 +215,58 @@ class MessageBatchResultLine(Struct):
 
     custom_id: str
     result: MessageBatchResult
+
+
+# Anthropic's Message Batches as the gateway serves them (gateway.api.anthropic.batches): a batch
+# job whose lines are Messages requests. Times are RFC 3339 strings; absent ones are null.
+
+
+class MessageBatchRequestCounts(Struct):
+    """Every request in exactly one count: the sum is the batch's number of requests."""
+
+    processing: int
+    succeeded: int
+    errored: int
+    canceled: int
+    expired: int
+
+
+class ServedMessageBatch(Struct):
+    id: str
+    processing_status: str  # in_progress, canceling, ended
+    request_counts: MessageBatchRequestCounts
+    created_at: str
+    expires_at: str
+    ended_at: str | None = None
+    cancel_initiated_at: str | None = None
+    archived_at: str | None = None
+    results_url: str | None = None  # once ended
+    type: str = "message_batch"
+
+
+class MessageBatchList(Struct):
+    data: list[ServedMessageBatch]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
+class MessageBatchDeleted(Struct):
+    id: str
+    type: str = "message_batch_deleted"
+
+
+class MessageBatchOutcome(Struct):
+    """A result as the gateway serves it: `message` when it succeeded, `error` (Anthropic's error
+    envelope) when it errored, neither when it was canceled or expired."""
+
+    type: str  # succeeded, errored, canceled, expired
+    message: Raw | UnsetType = UNSET
+    error: Raw | UnsetType = UNSET
+
+
+class MessageBatchOutcomeLine(Struct):
+    """A line of the results the gateway serves."""
+
+    custom_id: str
+    result: MessageBatchOutcome
