@@ -107,6 +107,7 @@ class ResponsesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     prompt: dict[str, Any] | None = None  # a stored prompt template, by id
     background: bool | None = None
     metadata: dict[str, str] | None = None
+    client_metadata: dict[str, Any] | None = None  # what the client says of itself (Codex CLI: its ids)
     user: str | None = None
     safety_identifier: str | None = None
     truncation: str | None = None
