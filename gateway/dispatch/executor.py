@@ -83,6 +83,7 @@ class Attempts:
     # a Batch API line writes its run down there, so that a process dying from then on leaves a run
     # to record, and one dying while the line waited for capacity leaves nothing to bill.
     before_send: Callable[[Deployment], Awaitable[None]] | None = None
+    replica: str | None = None  # the base URL of the replica the last attempt went to
     job_line: ClassVar[bool] = False  # a Batch API job's line (its throughput is measured by default)
 
 
@@ -196,6 +197,7 @@ class Executor:
             grant = await self.scheduler.enter(deployment.provider, call.cache_key, ticket)
             attempts.queue_s += grant.queue_s
             attempts.count += 1
+            attempts.replica = grant.base_url
             span = (
                 None if attempts.trace is None else attempts.trace.attempt(deployment, attempts.count, grant)
             )
@@ -210,12 +212,15 @@ class Executor:
             except UpstreamError as exc:
                 attempts.upstream_s += time.perf_counter() - started
                 attempts.errors.append(exc.code or exc.type)
+                if exc.retryable:  # the replica's trouble, not the request's: affinity avoids it
+                    self.scheduler.replica_failed(deployment.provider, grant.base_url)
                 await self._on_failure(deployment, exc)
                 if not exc.retryable or attempt == max_attempts:
                     raise
                 await asyncio.sleep(self._backoff(attempt, exc))
                 continue
             attempts.upstream_s += time.perf_counter() - started
+            self.scheduler.replica_succeeded(deployment.provider, grant.base_url)
             await self._health.record_success(deployment.id)
             return result
         raise AssertionError("unreachable")  # pragma: no cover

@@ -27,7 +27,7 @@ def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
     to it. The digest is the same in every process: no `hash()`, sorted-key canonical JSON.
     """
     tools = chat.tools or []
-    last_message = _last_message_breakpoint(chat.messages)
+    last_message = last_message_breakpoint(chat.messages)
     if last_message is not None:
         prefix: dict[str, Any] = {"tools": tools, "messages": chat.messages[: last_message + 1]}
     else:
@@ -41,7 +41,8 @@ def derive_cache_key(team_id: str, chat: ChatCompletionRequest) -> str | None:
     return digest.hexdigest()[:32]
 
 
-def _last_message_breakpoint(messages: list[ChatMessage]) -> int | None:
+def last_message_breakpoint(messages: list[ChatMessage]) -> int | None:
+    """The index of the last message with a breakpoint on it or on one of its parts."""
     for i in reversed(range(len(messages))):
         message = messages[i]
         if message.cache_control:

@@ -97,8 +97,11 @@ def plan_route(
     open_circuits: frozenset[str],
     pinned_to: str | None,
     rng: random.Random,
+    preferred: str | None = None,
 ) -> RoutePlan:
-    """Order the eligible deployments; a pin or `fallback: never` binds the request to one."""
+    """Order the eligible deployments; a pin or `fallback: never` binds the request to one.
+    `preferred`: the deployment a conversation was served by last, first while it is healthy
+    (a batch's pin and the client's own order of providers come before it)."""
     if pinned_to is not None:
         pinned = next((d for d in eligible if d.id == pinned_to), None)
         if pinned is None:
@@ -113,6 +116,8 @@ def plan_route(
     if not healthy:
         raise every_circuit_open(eligible, open_circuits)
     ordered = healthy if directives.providers else weighted_order(healthy, rng)
+    if preferred is not None and not directives.providers:
+        ordered.sort(key=lambda d: d.id != preferred)  # stable: the rest keep their order
     bound = directives.batch is not None or directives.fallback is Fallback.NEVER
     return RoutePlan(tuple(ordered[:1] if bound else ordered), directives.batch, pinned=bound)
 

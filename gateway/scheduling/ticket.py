@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.routing.directives import Priority
+from gateway.routing.prefix import PromptPrefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,10 @@ class Ticket:
     # a prefix once for every request in flight that starts with it.
     prefix: str | None = None
     prefix_tokens: int = 0
+    # The digests of the prompt's leading blocks, for replica choice (gateway.scheduling.replicas),
+    # and the replica its conversation was served by last (gateway.routing.conversations)
+    leading: PromptPrefix | None = None
+    replica: str | None = None
 
 
 UNSCHEDULED = Ticket(team_id="", weight=1.0, priority=Priority.INTERACTIVE, prompt_tokens=0, tokens=0)
