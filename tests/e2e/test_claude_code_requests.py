@@ -122,3 +122,42 @@ def test_translated_system_turns_stand_where_they_were(
     assert names == [tool["name"] for tool in request["body"]["tools"]]  # deferred ones offered too
     assert not {"thinking", "context_management", "output_config", "metadata"} & sent["body"].keys()
     assert "anthropic-beta" not in sent["headers"]
+
+
+def test_count_tokens_takes_the_beta_query_and_forwards_the_betas(
+    stack: MessagesStack, team: Team, upstream: RunningUpstream
+) -> None:
+    request = recorded("first_turn_unknown_model")
+    body = {name: request["body"][name] for name in ("messages", "system", "tools")} | {"model": "claude"}
+    headers = {**request["headers"], "x-api-key": team.key}
+
+    response = httpx.post(
+        stack.gateway.base_url + "/v1/messages/count_tokens?beta=true", headers=headers, json=body, timeout=30
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.headers["x-gateway-token-count"] == "upstream"
+    sent = received(upstream, "/v1/messages/count_tokens")
+    assert sent["headers"]["anthropic-beta"] == request["headers"]["anthropic-beta"]
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "status", "error_type"),
+    [
+        ("/v1/messages?beta=true", "sk-wrong", 401, "authentication_error"),
+        ("/v1/messages/count_tokens?beta=true", "sk-wrong", 401, "authentication_error"),
+        ("/v1/messages/nothing?beta=true", None, 404, "not_found_error"),
+    ],
+)
+def test_errors_are_in_anthropics_envelope(
+    stack: MessagesStack, team: Team, path: str, key: str | None, status: int, error_type: str
+) -> None:
+    request = recorded("first_turn_known_model")
+    headers = {**request["headers"], "x-api-key": key or team.key}
+
+    response = httpx.post(stack.gateway.base_url + path, headers=headers, json=request["body"], timeout=30)
+
+    assert response.status_code == status
+    body = response.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == error_type and body["error"]["message"]
