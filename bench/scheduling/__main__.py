@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.scheduling import affinity, backpressure, caps, cost, fairness, priority, seed
+from bench.scheduling import affinity, backpressure, caps, cost, fairness, goodput, priority, seed
 from bench.scheduling.processes import flush_redis, migrate, recreate_database
 from bench.scheduling.scenario import Run
 from bench.suite import Suite
@@ -28,6 +28,7 @@ SUITE = Suite[Run](
         "backpressure": backpressure.run,
         "affinity": affinity.run,
         "cost": cost.run,
+        "goodput": goodput.run,
     },
     open_run=Run,
     prepare=prepare,
