@@ -247,6 +247,7 @@ def open_services(settings: Settings) -> Services:
         settle=limiter.settle,
         response_owners=ResponseOwners(sessions, redis),
         telemetry=telemetry,
+        scheduling=catalog.scheduling,
     )
     key_cache = KeyCache(
         key_state_loader(sessions),

@@ -42,7 +42,6 @@ from gateway.proxy.request import ParsedRequest, parse_request
 from gateway.proxy.service import ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import Directives, Priority
-from gateway.scheduling.ticket import Ticket
 
 # The status and code of a run whose process died (or lost the job) before it stored anything:
 # its record is an estimate, as for a client that left (499).
@@ -279,16 +278,12 @@ class LineSender:
         if parsed.stream:
             raise InvalidRequest("A batch request cannot stream", param="stream")
         allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
-        ticket = Ticket(
-            principal.team_id,
-            principal.team_weight,
-            Priority.BATCH,
-            allowed.prompt_tokens,
-            allowed.prompt_tokens + allowed.completion_tokens,
-        )
         cache_key = line_cache_key(principal.team_id, parsed, line.prefix_key)
         line_directives = dataclasses.replace(directives, cache_key=cache_key)
-        return ProxyContext(request_id, principal, parsed, line_directives, ticket, attempts=LineAttempts())
+        ctx = ProxyContext(request_id, principal, parsed, line_directives, attempts=LineAttempts())
+        tokens = allowed.prompt_tokens + allowed.completion_tokens
+        self.proxy.schedule(ctx, Priority.BATCH, allowed.prompt_tokens, tokens)
+        return ctx
 
 
 def run_event(

@@ -501,6 +501,7 @@ class JobRunner:
             catalog.retry,
             on_event=services.metrics.observe_event,
             telemetry=services.telemetry,
+            scheduling=catalog.scheduling,
         )
         reservations = Reservations(services.table, catalog.limits.default_max_tokens)
         self.owner = owner or process_owner()

@@ -26,7 +26,6 @@ from gateway.proxy.request import parse_request
 from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
-from gateway.scheduling.ticket import Ticket
 from gateway.schemas.responses import ResponsesRequest
 from gateway.settings import LimitSettings
 from gateway.telemetry import Telemetry
@@ -142,22 +141,20 @@ class ProxyPipeline:
             if trace is not None:
                 trace.fail(exc)
             raise
-        ticket = Ticket(
-            principal.team_id,
-            principal.team_weight,
-            directives.priority_class,
-            allowed.prompt_tokens,
-            allowed.prompt_tokens + allowed.completion_tokens,
-        )
         ctx = ProxyContext(
             exchange.request_id,
             principal,
             parsed,
             directives,
-            ticket,
             admission=admission,
             correlation=correlation,
             anthropic_beta=headers.get("anthropic-beta") if endpoint is Endpoint.MESSAGES else None,
+        )
+        self.proxy.schedule(
+            ctx,
+            directives.priority_class,
+            allowed.prompt_tokens,
+            allowed.prompt_tokens + allowed.completion_tokens,
         )
         ctx.trace_with(trace)
         outcome: OpenStream | Completed

@@ -46,14 +46,23 @@ from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
 from gateway.proxy.response_owners import ResponseOwners
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
+from gateway.routing.conversations import (
+    Conversation,
+    Conversations,
+    Placement,
+    conversation_key,
+    next_turn_key,
+    scoped,
+)
 from gateway.routing.deployment import Deployment, DeploymentTable
-from gateway.routing.directives import Directives
+from gateway.routing.directives import Directives, Priority
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import PinStore
 from gateway.routing.placement import move_batch, place_batch
 from gateway.routing.policy import RoutePlan, eligible_deployments, plan_route
+from gateway.routing.prefix import NO_PREFIX, prompt_prefix
 from gateway.scheduling.ticket import UNSCHEDULED, Ticket
-from gateway.settings import RetrySettings
+from gateway.settings import RetrySettings, SchedulingSettings
 from gateway.telemetry import RequestTrace, Telemetry
 
 log = structlog.get_logger("gateway.proxy")
@@ -106,7 +115,9 @@ class ProxyContext:
     principal: Principal
     parsed: ParsedRequest
     directives: Directives
-    ticket: Ticket = UNSCHEDULED  # what the scheduler is asked for at each attempt
+    ticket: Ticket = UNSCHEDULED  # what the scheduler is asked for at each attempt (`schedule`)
+    cache_key: str | None = None  # given by the client, or derived from a breakpoint (`schedule`)
+    conversation: Conversation | None = None  # the conversation it names, and where it was last
     admission: Admission | None = None  # what the limiter reserved; the usage event settles it
     created_at: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
@@ -143,6 +154,7 @@ class ProxyService:
         settle: Callable[[Principal, UsageEvent, Admission | None], Awaitable[None]] | None = None,
         response_owners: ResponseOwners | None = None,
         telemetry: Telemetry | None = None,
+        scheduling: SchedulingSettings | None = None,
     ) -> None:
         self._table = table
         self._pins = pins
@@ -156,6 +168,37 @@ class ProxyService:
         self._response_owners = response_owners  # who may name a stored Response (None: anyone)
         self.telemetry = telemetry  # the process's traces and GenAI metrics (None: off)
         self.pins_degraded = False
+        scheduling = scheduling or SchedulingSettings()
+        self._prefix_window = scheduling.prefix_affinity_tokens
+        self.conversations = Conversations(scheduling.conversation_ttl_s)  # this process's memory
+
+    def schedule(self, ctx: ProxyContext, priority: Priority, prompt_tokens: int, tokens: int) -> None:
+        """What the scheduler will be asked for, derived once from the parsed request before it is
+        routed: its ticket (`tokens` it holds, its prompt's prefix), its cache key, its conversation.
+
+        The ticket's prefix is the cache key (scoped by team) where there is one, sized by the
+        prompt's part up to its last breakpoint (else before its last user message); without a
+        key, the digest of that shared part itself."""
+        team, parsed = ctx.principal.team_id, ctx.parsed
+        cache_key = ctx.directives.cache_key or parsed.prompt_cache_key
+        if cache_key is None and parsed.chat is not None:
+            cache_key = derive_cache_key(team, parsed.chat)
+        leading = prompt_prefix(team, parsed.typed, self._prefix_window) if self._prefix_window else NO_PREFIX
+        conversation = None
+        if ctx.directives.batch is None:  # a batch follows its pin, not its conversations
+            conversation = self.conversations.find(conversation_key(team, parsed.typed))
+        ctx.cache_key, ctx.conversation = cache_key, conversation
+        ctx.ticket = Ticket(
+            team,
+            ctx.principal.team_weight,
+            priority,
+            prompt_tokens,
+            tokens,
+            prefix=scoped(team, cache_key) if cache_key is not None else leading.shared,
+            prefix_tokens=leading.shared_tokens,
+            leading=leading if leading.blocks else None,
+            replica=conversation.then.replica if conversation is not None and conversation.then else None,
+        )
 
     # --- routing ----------------------------------------------------------------------------
 
@@ -164,7 +207,9 @@ class ProxyService:
         eligible = eligible_deployments(ctx.parsed.model, directives, ctx.principal, self._table)
         open_circuits = self._health.open_circuits()
         if directives.batch is None:
-            return plan_route(eligible, directives, open_circuits, None, self._rng), None
+            then = ctx.conversation.then if ctx.conversation is not None else None
+            preferred = then.deployment if then is not None else None
+            return plan_route(eligible, directives, open_circuits, None, self._rng, preferred), None
         placed = await place_batch(
             self._pins, team, directives.batch, eligible, directives, open_circuits, ctx.created_at
         )
@@ -194,9 +239,6 @@ class ProxyService:
 
     def _call(self, ctx: ProxyContext, deployment: Deployment) -> UpstreamCall:
         parsed = ctx.parsed
-        cache_key = ctx.directives.cache_key or parsed.prompt_cache_key
-        if cache_key is None and parsed.chat is not None:
-            cache_key = derive_cache_key(ctx.principal.team_id, parsed.chat)
         return UpstreamCall(
             endpoint=parsed.endpoint,
             body=parsed.body,
@@ -205,7 +247,7 @@ class ProxyService:
             client_wants_usage=parsed.client_wants_usage,
             team_id=ctx.principal.team_id,
             chat=parsed.chat,
-            cache_key=cache_key,
+            cache_key=ctx.cache_key,
             tariff=deployment.tariff,
             trace_headers=ctx.correlation.upstream_headers,
             anthropic_beta=ctx.anthropic_beta,
@@ -311,6 +353,17 @@ class ProxyService:
         response_id = getattr(stream.translator, "response_id", None)
         await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost, response_id)
 
+    def _remember_conversation(
+        self, ctx: ProxyContext, deployment: Deployment, response_id: str | None
+    ) -> None:
+        """Where a conversation was served, for its next request: the one it named, and the one
+        a Response's id starts (its next turn names it as `previous_response_id`)."""
+        placement = Placement(deployment.id, ctx.attempts.replica)
+        if ctx.conversation is not None:
+            self.conversations.remember(ctx.conversation.key, placement)
+        if response_id is not None and ctx.directives.batch is None:
+            self.conversations.remember(next_turn_key(ctx.principal.team_id, response_id), placement)
+
     # --- metering ---------------------------------------------------------------------------
 
     @staticmethod
@@ -383,6 +436,8 @@ class ProxyService:
                 await settled  # whatever the append did
         if response_id is not None and self._response_owners is not None:
             await self._response_owners.remember(team_id, response_id)
+        if status == 200:
+            self._remember_conversation(ctx, deployment, response_id)
         if self._on_event is not None:
             self._on_event(event)
         trace_id = ctx.correlation.trace_id

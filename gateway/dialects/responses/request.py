@@ -56,7 +56,7 @@ def to_chat_request(
         max_tokens=request.max_output_tokens,
         temperature=request.temperature,
         top_p=request.top_p,
-        tools=chat_tools(request.tools, drop_builtin=drop_builtin_tools).tools,
+        tools=chat_tools(request, drop_builtin=drop_builtin_tools).tools,
         tool_choice=_tool_choice(request.tool_choice),
         parallel_tool_calls=request.parallel_tool_calls,
         response_format=_response_format(request.text.format if request.text else None),

@@ -37,6 +37,9 @@ class Proxy:
     error: BaseException | None = None
     contexts: list[ProxyContext] | None = None
 
+    def schedule(self, ctx: ProxyContext, priority: Any, prompt_tokens: int, tokens: int) -> None:
+        pass
+
     async def complete(self, ctx: ProxyContext) -> Any:
         (self.contexts if self.contexts is not None else []).append(ctx)
         if self.error is not None:

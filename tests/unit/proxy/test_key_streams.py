@@ -35,6 +35,9 @@ class Proxy:
 
     opened: list[ProxyContext] = field(default_factory=list)
 
+    def schedule(self, ctx: ProxyContext, priority: Any, prompt_tokens: int, tokens: int) -> None:
+        pass
+
     async def open_stream(self, ctx: ProxyContext) -> Any:
         self.opened.append(ctx)
         raise NoRoute("nowhere to go")
