@@ -7,6 +7,7 @@ every gateway process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +42,17 @@ class PermitBank(Protocol):
         ...
 
     async def totals(self, replica: str) -> PermitTotals: ...
+
+    def watch(self, replica: str, wake: Callable[[], None]) -> None:
+        """Call `wake` (in the serving loop) when a permit at `replica` may have come free
+        elsewhere: released by another process, or by another gate of this one."""
+        ...
+
+    @property
+    def poll_s(self) -> float:
+        """How long a gate waiting on this bank may sleep unwoken: long while releases elsewhere
+        wake it (`watch`), short while they cannot."""
+        ...
 
     def start(self) -> None:
         """Begin background work (a shared bank's lease renewal); called in the serving loop."""

@@ -1,9 +1,15 @@
-"""The Lua scripts of RedisPermits (redis_permits.py): acquire, release, restate, totals.
+"""The Lua scripts of RedisPermits (permits.py): acquire, release, restate, totals.
 
 Every script takes one replica's four keys, which share a hash tag (one slot): `held` and `tokens`
 (HASH process -> permits, tokens), `want` (HASH process -> requests waiting) and `lease` (ZSET
 process -> lease expiry, ms of Redis's own clock). A field is removed rather than left at zero, so
 the hashes list only the processes that hold or want something. Replies are integers.
+
+Release and restate, which give room back, PUBLISH the releasing process's name on the replica's
+channel (`permits.replica_channel`, passed in ARGV) when another process waits there, so that its
+gates ask again at once instead of at their next poll. Plain PUBLISH, not SPUBLISH: redis-py's
+asyncio Cluster client reads sharded channels by polling each node's connection in turn, which
+would bring the poll back; a plain channel is read on one connection, on any node.
 """
 
 from __future__ import annotations
@@ -33,6 +39,13 @@ local function total(by)
 end
 local function put(key, process, n)
   if n > 0 then redis.call('HSET', key, process, n) else redis.call('HDEL', key, process) end
+end
+-- Room came free here: tell the processes that wait for it, if any other does (a release nobody
+-- waits for sends nothing, so caps that never bind cost no messages).
+local function freed(process, channel)
+  local others = redis.call('HLEN', want_key)
+  if redis.call('HEXISTS', want_key, process) == 1 then others = others - 1 end
+  if others > 0 then redis.call('PUBLISH', channel, process) end
 end
 -- The keys outlive the last lease renewed in them by one more lease: nothing is left behind.
 local function renew(process, now, lease_ms)
@@ -91,7 +104,7 @@ return granted
 """
 )
 
-# ARGV: process, permits, tokens, lease (ms). Never below zero: a process whose lease lapsed (Redis
+# ARGV: process, permits, tokens, lease (ms), channel. Never below zero: a process whose lease lapsed (Redis
 # was out of its reach) has had its fields dropped, and its next restatement puts them back.
 RELEASE = (
     _PRELUDE
@@ -101,17 +114,21 @@ for i, key in ipairs({held_key, tokens_key}) do
   if redis.call('HINCRBY', key, process, -tonumber(ARGV[1 + i])) <= 0 then redis.call('HDEL', key, process) end
 end
 renew(process, now_ms(), tonumber(ARGV[4]))
+freed(process, ARGV[5])
 return 1
 """
 )
 
-# ARGV: process, permits, tokens, waiting, lease (ms): what the process holds and wants, exactly.
-# All zero: the process leaves the replica (its fields and lease entry go).
+# ARGV: process, permits, tokens, waiting, lease (ms), channel: what the process holds and wants,
+# exactly. All zero: the process leaves the replica (its fields and lease entry go). Less than
+# Redis had (a graceful stop, a release undone, a want lapsed) is room for the others: published.
 RESTATE = (
     _PRELUDE
     + """
 local process = ARGV[1]
 local permits, tokens, waiting = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local function had(key) return tonumber(redis.call('HGET', key, process) or '0') end
+local less = permits < had(held_key) or tokens < had(tokens_key) or waiting < had(want_key)
 put(held_key, process, permits)
 put(tokens_key, process, tokens)
 put(want_key, process, waiting)
@@ -120,6 +137,7 @@ if permits + tokens + waiting > 0 then
 else
   redis.call('ZREM', lease_key, process)
 end
+if less then freed(process, ARGV[6]) end
 return 1
 """
 )

@@ -33,14 +33,14 @@ async def admin() -> AsyncIterator[Redis]:
 
 @pytest.fixture
 async def process(admin: Redis) -> AsyncIterator[Processes]:
-    """`process(name, lease_s=...)`: a started bank named `name`, on a Redis client of its own (as
-    another gateway process would hold). Each is closed after the test, so that none keeps writing
-    to the next test's db."""
+    """`process(name, lease_s=..., poll_s=...)`: a started bank named `name`, on a Redis client of
+    its own (as another gateway process would hold). Each is closed after the test, so that none
+    keeps writing to the next test's db."""
     banks: list[tuple[RedisPermits, Redis]] = []
 
-    def started(name: str, lease_s: float = 3.0) -> RedisPermits:
+    def started(name: str, lease_s: float = 3.0, poll_s: float | None = None) -> RedisPermits:
         client = Redis(connection_pool=BlockingConnectionPool.from_url(REDIS_URL, max_connections=4))
-        bank = RedisPermits(client, PipelineBatcher(client), lease_s=lease_s, process=name)
+        bank = RedisPermits(client, PipelineBatcher(client), lease_s=lease_s, process=name, poll_s=poll_s)
         bank.start()
         banks.append((bank, client))
         return bank
