@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.metering.pricing import Tariff
 from gateway.settings import Catalog, Provider
@@ -24,14 +24,17 @@ class Deployment:
 
 @dataclass(frozen=True, slots=True)
 class DeploymentTable:
-    """Every alias and its deployments, in configured order; built once from the catalog."""
+    """Every model and its deployments, in configured order; built once from the catalog."""
 
-    by_model: dict[str, tuple[Deployment, ...]]
+    by_model: dict[str, tuple[Deployment, ...]]  # by model name and by alias
     regions: frozenset[str]
     providers: frozenset[str]
+    aliases: dict[str, str] = field(default_factory=dict)  # alias -> the model's name
 
     @classmethod
     def from_catalog(cls, catalog: Catalog) -> DeploymentTable:
+        """Each model under its name and under each of its aliases (the same deployments, whose
+        `model` is the model's name: usage is recorded under it, whichever name was asked)."""
         providers = {p.name: p for p in catalog.providers}
         by_model = {
             model.name: tuple(
@@ -47,11 +50,16 @@ class DeploymentTable:
             )
             for model in catalog.models
         }
+        aliases = {alias: model.name for model in catalog.models for alias in model.aliases}
         return cls(
-            by_model=by_model,
+            by_model=by_model | {alias: by_model[name] for alias, name in aliases.items()},
+            aliases=aliases,
             regions=frozenset(p.region for p in catalog.providers),
             providers=frozenset(providers),
         )
 
     def all(self) -> list[Deployment]:
-        return [d for deployments in self.by_model.values() for d in deployments]
+        """Every deployment once (an alias adds none)."""
+        return [
+            d for name, deployments in self.by_model.items() if name not in self.aliases for d in deployments
+        ]

@@ -38,7 +38,8 @@ def eligible_deployments(
     deployments = table.by_model.get(model)
     if deployments is None:
         raise ModelNotFound(f"The model '{model}' does not exist", param="model")
-    if not principal.may_use_model(model):
+    # A key that may use a model may use its aliases (the deployments' `model` is the model's name).
+    if not (principal.may_use_model(model) or principal.may_use_model(deployments[0].model)):
         raise PermissionDenied(f"This key may not use the model '{model}'", param="model")
     _check_names(directives, principal, table)
     wanted = [

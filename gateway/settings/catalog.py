@@ -128,6 +128,9 @@ class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     deployments: tuple[DeploymentSpec, ...]
+    # Other names the model answers to (a client's default model name, `claude-sonnet-4-5`, for a
+    # self-hosted model): each is listed by /v1/models and routed as the model itself.
+    aliases: tuple[str, ...] = ()
 
 
 class RetrySettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -271,12 +274,12 @@ def _check_references(catalog: Catalog, path: Path) -> None:
         check_capacity(provider.capacity, where)
         _check_batch_execution(provider, where)
         _check_responses_api(provider, where)
-    aliases: set[str] = set()
+    names: set[str] = set()
     for i, model in enumerate(catalog.models):
         where = f"{path}: models[{i}]"
-        if model.name in aliases:
+        if model.name in names:
             raise ConfigError(f"{where}.name: duplicate model name {model.name!r}")
-        aliases.add(model.name)
+        names.add(model.name)
         if not model.deployments:
             raise ConfigError(f"{where}.deployments: a model needs at least one deployment")
         for j, deployment in enumerate(model.deployments):
@@ -296,7 +299,23 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             discount = deployment.batch_discount
             if discount is not None and not (discount.is_finite() and 0 <= discount <= 1):
                 raise ConfigError(f"{where}.deployments[{j}].batch_discount: must be between 0 and 1")
+    _check_aliases(catalog, path, names)
     _check_tuning(catalog, path)
+
+
+def _check_aliases(catalog: Catalog, path: Path, names: set[str]) -> None:
+    """Every alias names one model only: not a model's name, not another alias."""
+    taken: dict[str, str] = {}
+    for i, model in enumerate(catalog.models):
+        for j, alias in enumerate(model.aliases):
+            where = f"{path}: models[{i}].aliases[{j}]"
+            if not alias.strip():
+                raise ConfigError(f"{where}: must not be empty")
+            if alias in names:
+                raise ConfigError(f"{where}: {alias!r} is the name of a model")
+            if alias in taken:
+                raise ConfigError(f"{where}: {alias!r} is already an alias of {taken[alias]!r}")
+            taken[alias] = model.name
 
 
 BATCH_EXECUTIONS = ("gateway", "provider")

@@ -68,8 +68,8 @@ def _models_for(services: Services, principal: Principal) -> list[Model]:
     created = int(services.started_at)
     return [
         Model(id=alias, created=created, owned_by=deployments[0].provider.name)
-        for alias, deployments in services.table.by_model.items()
-        if principal.may_use_model(alias)
+        for alias, deployments in services.table.by_model.items()  # each model, and each of its aliases
+        if principal.may_use_model(alias) or principal.may_use_model(deployments[0].model)
     ]
 
 
