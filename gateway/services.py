@@ -48,6 +48,8 @@ from gateway.proxy.response_owners import ResponseOwners
 from gateway.proxy.service import ProxyService
 from gateway.redis.client import RedisClient, durability_of, redis_client
 from gateway.redis.group_commit import PipelineBatcher
+from gateway.responses_store.continuation import StoredResponses
+from gateway.responses_store.store import ResponseStore
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
@@ -83,6 +85,7 @@ class Services:
     limiter: Limiter
     pipeline: ProxyPipeline
     file_slots: FileSlots  # uploads and batch creates at once (files.max_concurrent)
+    responses: StoredResponses  # the Responses kept for their team (`store: true`), their continuations
     file_store: FileStore | None = None  # where the Files API keeps bytes; None: the database
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -99,6 +102,7 @@ class Services:
     def start_background(self) -> None:
         self.tasks.append(asyncio.create_task(self._reconcile_spend(), name="spend-reconcile"))
         self.tasks.append(asyncio.create_task(self.writer.run(), name="usage-writer"))
+        self.tasks.append(asyncio.create_task(self.responses.store.run(), name="stored-responses"))
         self.tasks.append(asyncio.create_task(self._refresh_health(), name="health-refresh"))
         self.tasks.append(asyncio.create_task(watch_loop_lag(self.metrics), name="loop-lag"))
         if self.metrics.shared:  # this worker's own gauges, for the scrapes the others answer
@@ -141,6 +145,7 @@ class Services:
         if self.job_runner is not None:
             await self.job_runner.stop()
         await self.writer.stop(drain_timeout_s=10.0)
+        await self.responses.store.stop(drain_timeout_s=10.0)
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
@@ -229,6 +234,10 @@ def open_services(settings: Settings) -> Services:
     )
     metrics.watch_scheduler(scheduler)
     telemetry = open_telemetry(settings)  # in the lifespan: each worker its own, after the fork
+    response_owners = ResponseOwners(sessions, redis)
+    responses = StoredResponses(
+        ResponseStore(sessions, redis, settings.responses_retention_days), response_owners
+    )
     executor = Executor(
         catalog,
         health,
@@ -245,8 +254,9 @@ def open_services(settings: Settings) -> Services:
         catalog.retry,
         on_event=metrics.observe_event,
         settle=limiter.settle,
-        response_owners=ResponseOwners(sessions, redis),
+        response_owners=response_owners,
         telemetry=telemetry,
+        stored_responses=responses,
         scheduling=catalog.scheduling,
     )
     key_cache = KeyCache(
@@ -286,6 +296,7 @@ def open_services(settings: Settings) -> Services:
         telemetry=telemetry,
         file_store=open_file_store(catalog.files),
         file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),
+        responses=responses,
     )
 
 

@@ -86,6 +86,7 @@ class StreamRelay:
     error_code: str | None = None
     closed: bool = False
     slot: StreamSlot | None = None  # the key's count of streams in flight, released on close
+    watch: Callable[[bytes], None] | None = None  # sees each chunk of frames before it is sent
     error_frame: Callable[[GatewayError], bytes] = openai_error_frame
 
     async def frames(self) -> AsyncGenerator[bytes, None]:
@@ -93,6 +94,8 @@ class StreamRelay:
         try:
             async with contextlib.aclosing(self.stream.frames()) as frames:
                 async for frame in frames:
+                    if self.watch is not None:
+                        self.watch(frame)
                     yield frame
         except GatewayError as exc:
             self.status, self.error_code = exc.status, exc.code

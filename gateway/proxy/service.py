@@ -8,6 +8,7 @@ eligible deployment before their first byte unless `fallback: never`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import random
 import time
@@ -45,6 +46,7 @@ from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
 from gateway.proxy.response_owners import ResponseOwners
+from gateway.responses_store.continuation import StoredResponses, StreamKeeper, refuse_continuation
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.conversations import (
     Conversation,
@@ -154,6 +156,7 @@ class ProxyService:
         settle: Callable[[Principal, UsageEvent, Admission | None], Awaitable[None]] | None = None,
         response_owners: ResponseOwners | None = None,
         telemetry: Telemetry | None = None,
+        stored_responses: StoredResponses | None = None,
         scheduling: SchedulingSettings | None = None,
     ) -> None:
         self._table = table
@@ -166,6 +169,8 @@ class ProxyService:
         self._on_event = on_event
         self._settle = settle
         self._response_owners = response_owners  # who may name a stored Response (None: anyone)
+        # the Responses kept for their team, and the continuations of them (None: none kept)
+        self._stored_responses = stored_responses
         self.telemetry = telemetry  # the process's traces and GenAI metrics (None: off)
         self.pins_degraded = False
         scheduling = scheduling or SchedulingSettings()
@@ -266,8 +271,8 @@ class ProxyService:
             max_attempts = self._retry.max_attempts if bound else 1
             try:
                 call = self._call(ctx, deployment)
-                if self._response_owners is not None and call.endpoint is Endpoint.RESPONSES:
-                    await self._response_owners.check(deployment.provider, ctx.principal.team_id, call.body)
+                if call.endpoint is Endpoint.RESPONSES:
+                    call = await self._responses_call(ctx, deployment, call)
                 result = await attempt(deployment, call, ctx.attempts, max_attempts, ctx.ticket)
             except UpstreamError as exc:
                 last_error = exc
@@ -294,6 +299,20 @@ class ProxyService:
             ) from last_error
         raise last_error
 
+    async def _responses_call(
+        self, ctx: ProxyContext, deployment: Deployment, call: UpstreamCall
+    ) -> UpstreamCall:
+        """The Responses call as `deployment` is sent it: a continuation passed through or rebuilt
+        (gateway.responses_store.continuation), a stored object of another team's refused."""
+        team_id = ctx.principal.team_id
+        if self._stored_responses is not None:
+            body = await self._stored_responses.prepare(deployment.provider, team_id, call.body)
+            return call if body is call.body else dataclasses.replace(call, body=body)
+        refuse_continuation(deployment.provider, call.body)
+        if self._response_owners is not None:
+            await self._response_owners.check(deployment.provider, team_id, call.body)
+        return call
+
     async def complete(self, ctx: ProxyContext) -> Completed:
         try:
             response: UpstreamResponse = await self._dispatch(ctx, self._executor.send)
@@ -315,6 +334,10 @@ class ProxyService:
         await self._meter(
             ctx, ctx.deployment, 200, usage, source, cost=cost, response_id=response.response_id
         )
+        if self._stored_responses is not None and ctx.parsed.endpoint is Endpoint.RESPONSES:
+            await self._stored_responses.keep_answer(
+                ctx.principal.team_id, ctx.deployment.provider, ctx.parsed.body, response.body
+            )
         return Completed(ctx.deployment, response, None if cost is None else format(cost, "f"))
 
     async def open_stream(self, ctx: ProxyContext) -> OpenStream:
@@ -328,17 +351,33 @@ class ProxyService:
         return stream
 
     def relay(self, ctx: ProxyContext, stream: OpenStream) -> StreamRelay:
-        """Relay frames as they come; meter once at the end, however the stream ends."""
-        relay = StreamRelay(ctx.request_id, stream, functools.partial(self.meter_stream, ctx))
+        """Relay frames as they come; meter once at the end, however the stream ends. A Responses
+        stream's last Response is kept as its frame goes out, when the request asks for it."""
+        keeper = None
+        if self._stored_responses is not None and ctx.parsed.endpoint is Endpoint.RESPONSES:
+            keeper = self._stored_responses.stream_keeper(
+                ctx.principal.team_id, stream.deployment.provider, ctx.parsed.body
+            )
+        meter = functools.partial(self.meter_stream, ctx, keeper=keeper)
+        relay = StreamRelay(ctx.request_id, stream, meter, watch=keeper)
         if ctx.parsed.endpoint is Endpoint.MESSAGES:  # an `error` event in Anthropic's envelope
             relay.error_frame = error_event
         return relay
 
     async def meter_stream(
-        self, ctx: ProxyContext, stream: OpenStream, status: int, error_code: str | None
+        self,
+        ctx: ProxyContext,
+        stream: OpenStream,
+        status: int,
+        error_code: str | None,
+        *,
+        keeper: StreamKeeper | None = None,
     ) -> None:
         """The usage record of a stream that has ended: upstream counts, or estimated without them
-        (from the bytes received, for a stream cut at the response cap)."""
+        (from the bytes received, for a stream cut at the response cap). The Response `keeper`
+        kept is shared with the other processes now."""
+        if keeper is not None and keeper.kept is not None and self._stored_responses is not None:
+            await self._stored_responses.store.share(keeper.kept)
         usage, source = stream.translator.usage, UsageSource.UPSTREAM
         cost = stream_cost(stream.translator)  # what its usage chunk said, for the same counts
         if stream.translator.untrusted_usage is not None:

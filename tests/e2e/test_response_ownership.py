@@ -121,14 +121,17 @@ def test_a_team_continues_its_own_responses_and_no_other_team_can(gateways: TwoG
             a_first.responses.create(model="gpt", input="Hi", extra_body={"conversation": conversation})
         assert isinstance(unknown.value.body, dict) and unknown.value.body["param"] == "conversation"
 
-    # translated providers keep no Responses and refuse the field themselves, as before
-    with pytest.raises(openai.BadRequestError) as translated:
-        gateways.client(gateways.first, alice, pinned=False).responses.create(
+    # a translated provider continues it too, at either process: the gateway stored it and rebuilds
+    # the conversation (tests/e2e/test_stored_responses.py); another team's is a 404 there as well
+    for gateway in (gateways.first, gateways.second):
+        continued = gateways.client(gateway, alice, pinned=False).responses.create(
             model="llama", input="Hi", previous_response_id=created.id
         )
-    assert (
-        isinstance(translated.value.body, dict) and translated.value.body["code"] == "unsupported_parameter"
-    )
+        assert continued.previous_response_id == created.id
+        with pytest.raises(openai.NotFoundError):
+            gateways.client(gateway, bob, pinned=False).responses.create(
+                model="llama", input="Hi", previous_response_id=created.id
+            )
 
     print(f"\nrecords: alice {len(gateways.records(alice))}, bob {len(gateways.records(bob))}")
     assert gateways.records(bob) == []  # a refused request reached no upstream: nothing to bill

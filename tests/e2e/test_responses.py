@@ -268,8 +268,6 @@ def test_an_incomplete_answer_says_so(stack: ResponsesStack, upstream: RunningUp
 @pytest.mark.parametrize(
     ("alias", "extra", "param"),
     [
-        ("llama", {"previous_response_id": "resp_123"}, "previous_response_id"),
-        ("claude", {"previous_response_id": "resp_123"}, "previous_response_id"),
         ("llama", {"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ("claude", {"tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]}, "tools[0].type"),
         ("claude", {"background": True}, "background"),
@@ -312,11 +310,11 @@ def test_an_upstream_failure_is_an_openai_error(stack: ResponsesStack, upstream:
         assert isinstance(raised.value.body, dict) and raised.value.body["type"] == "upstream_error"
 
 
-def test_stored_responses_cannot_be_read_back(stack: ResponsesStack) -> None:
-    team = stack.new_team("read-back")
+def test_an_unknown_response_is_a_404(stack: ResponsesStack) -> None:
+    team = stack.new_team("read-back")  # stored Responses: tests/e2e/test_stored_responses.py
     with pytest.raises(openai.NotFoundError) as raised:
         stack.client(team.key).responses.retrieve("resp_123")
-    assert isinstance(raised.value.body, dict) and raised.value.body["code"] == "unsupported_endpoint"
+    assert isinstance(raised.value.body, dict) and raised.value.body["param"] == "response_id"
 
 
 def test_the_endpoint_is_in_the_openapi_schema(stack: ResponsesStack) -> None:

@@ -5,9 +5,10 @@
 every chat template knows), function_call items an assistant turn's tool_calls and
 function_call_output items tool messages; function tools and `text.format` map one to one,
 namespace tools are flattened and built-in tools dropped or refused (gateway.dialects.responses.tools).
-What needs state the gateway does not keep (previous_response_id, conversations, stored prompts,
-background runs, OpenAI file ids) is refused with a 400 naming the parameter. What a chat upstream
-cannot honour and the answer does not depend on is not sent: `store`, `include` (encrypted
+What needs state the gateway does not keep (conversations, stored prompts, background runs, OpenAI
+file ids) is refused with a 400 naming the parameter; a `previous_response_id` arrives here with
+its conversation already rebuilt in `input` (gateway.responses_store), the id left to be repeated.
+What a chat upstream cannot honour and the answer does not depend on is not sent: `store`, `include` (encrypted
 reasoning), `reasoning.summary`, `text.verbosity`, `client_metadata`, `metadata`...
 """
 
@@ -74,8 +75,6 @@ def to_chat_request(
 
 
 def _check_stateless(request: ResponsesRequest) -> None:
-    if request.previous_response_id is not None:
-        raise unsupported(f"previous_response_id is not supported: {_NO_STATE}", "previous_response_id")
     if request.conversation is not None:
         raise unsupported(f"conversation is not supported: {_NO_STATE}", "conversation")
     if request.prompt is not None:

@@ -106,7 +106,7 @@ def test_a_key_the_gateway_was_given_is_forwarded() -> None:
 
 
 @pytest.mark.parametrize("store", [None, True, False])
-def test_store_is_accepted_and_nothing_is_stored(store: bool | None) -> None:
+def test_store_is_the_gateways_own_and_not_sent_to_a_chat_upstream(store: bool | None) -> None:
     body: dict[str, Any] = {"model": "a", "input": "x"}
     if store is not None:
         body["store"] = store
