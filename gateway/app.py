@@ -21,6 +21,7 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 
 from gateway.api.admin import ADMIN_HANDLERS
+from gateway.api.anthropic.batches import MESSAGE_BATCH_HANDLERS
 from gateway.api.anthropic.messages import MESSAGES_HANDLERS
 from gateway.api.front.error_replies import (
     Asker,
@@ -176,6 +177,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *OPENAI_HANDLERS,
             *RESPONSES_HANDLERS,
             *MESSAGES_HANDLERS,
+            *MESSAGE_BATCH_HANDLERS,
             *BATCH_HANDLERS,
             *FILE_HANDLERS,
             *BATCH_JOB_HANDLERS,

@@ -106,11 +106,11 @@ def line_cache_key(team_id: str, parsed: ParsedRequest, prefix_key: str) -> str 
     return hashlib.sha256(f"{team_id}\x00{prefix_key}".encode()).hexdigest()[:32]
 
 
-def estimated_prompt(body: str, max_messages: int) -> int:
+def estimated_prompt(body: str, max_messages: int, endpoint: Endpoint = Endpoint.CHAT) -> int:
     """A line's prompt tokens as the gateway counts them without the upstream's (its text, ~4 bytes
     a token); a body that cannot be read counts its bytes."""
     try:
-        return parse_request(body.encode(), Endpoint.CHAT, max_messages).prompt_size().tokens
+        return parse_request(body.encode(), endpoint, max_messages).prompt_size().tokens
     except Exception:  # a line that broke its send may break this too: the bound, then
         return estimated_tokens(len(body.encode()))
 
@@ -250,10 +250,11 @@ class LineSender:
             begun.deployment,
             ctx.directives.batch,
             begun.started_at,
-            estimated_prompt(line.body, self.max_messages),
+            estimated_prompt(line.body, self.max_messages, line.endpoint),
             LINE_BROKE_STATUS,
             LINE_BROKE_CODE,
             latency_ms=(time.time() - begun.started_at) * 1000,
+            endpoint=line.endpoint,
         )
 
     async def settle(self, principal: Principal, run: LineRun) -> None:
@@ -274,7 +275,7 @@ class LineSender:
         self, request_id: str, line: PendingLine, principal: Principal, directives: Directives
     ) -> ProxyContext:
         raw = line.body.encode()
-        parsed = parse_request(raw, Endpoint.CHAT, self.max_messages)
+        parsed = parse_request(raw, line.endpoint, self.max_messages)
         if parsed.stream:
             raise InvalidRequest("A batch request cannot stream", param="stream")
         allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)
@@ -297,6 +298,7 @@ def run_event(
     error_code: str,
     *,
     latency_ms: float = 0.0,
+    endpoint: Endpoint = Endpoint.CHAT,
 ) -> UsageEvent:
     """The estimated record of a run that produced no answer to meter: the prompt as the gateway
     counts it, no completion, priced at the deployment's price. `owner`: (team id, key id)."""
@@ -307,7 +309,7 @@ def run_event(
         team_id=team_id,
         key_id=key_id,
         deployment=deployment,
-        endpoint=Endpoint.CHAT.value,
+        endpoint=endpoint.value,
         status=status,
         usage=TokenUsage(prompt_tokens=prompt_tokens),
         source=UsageSource.ESTIMATED,
@@ -324,6 +326,8 @@ def orphan_event(
     job_id: str,
     deployments: tuple[Deployment, ...],
     max_messages: int,
+    *,
+    endpoint: Endpoint = Endpoint.CHAT,
 ) -> UsageEvent | None:
     """The record of a run whose process died (or lost the job) before it stored anything: estimated
     from the line's body (how long it ran is not known), at the price of the deployment it went
@@ -339,9 +343,10 @@ def orphan_event(
         deployment,
         job_id,
         attempt.started_at.timestamp(),
-        estimated_prompt(attempt.body, max_messages),
+        estimated_prompt(attempt.body, max_messages, endpoint),
         LOST_STATUS,
         LOST_CODE,
+        endpoint=endpoint,
     )
 
 

@@ -46,6 +46,7 @@ from gateway.jobs.line_sender import (
 from gateway.jobs.outcomes import OutcomeGroups
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
 from gateway.jobs.provider_batches import OVER_BUDGET, ProviderBatches
+from gateway.jobs.repository import CHAT_ENDPOINT, LINE_ENDPOINTS
 from gateway.limits import Limiter, Reservations
 from gateway.proxy.service import ProxyService
 from gateway.routing.directives import Directives, Priority
@@ -276,7 +277,7 @@ class JobRun:
         line; what ended it."""
         if self._stop.is_set() or self._principal is None:
             return self._ended()
-        if self._provider is None:
+        if self._provider is None or job.endpoint != CHAT_ENDPOINT:  # providers run chat batches only
             return await self._run_lines(job)
         placed = await self._provider.placement(job, self._principal, job_directives(job))
         if placed is None:
@@ -302,7 +303,7 @@ class JobRun:
             if utcnow() >= expires_at:
                 return "expired"
             async with self._sessions() as session:
-                lines = await ledger.pending_lines(session, job.id)
+                lines = await ledger.pending_lines(session, job.id, LINE_ENDPOINTS[job.endpoint])
             if not lines:
                 return "completed"
             paused = await self._send_all(lines, directives, expires_at)
@@ -437,7 +438,14 @@ class JobRun:
             deployments = self._table.by_model.get(job.model or "", ()) + tuple(self._table.all())
         recorded = []
         for attempt in orphans:
-            event = orphan_event(attempt, (job.team_id, job.key_id), job.id, deployments, self._max_messages)
+            event = orphan_event(
+                attempt,
+                (job.team_id, job.key_id),
+                job.id,
+                deployments,
+                self._max_messages,
+                endpoint=LINE_ENDPOINTS[job.endpoint],
+            )
             if event is None:  # the catalog no longer has the model: nothing to price it at
                 log.warning("batch_run_unpriced", batch=job.id, request_id=attempt.request_id)
                 continue
