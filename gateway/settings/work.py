@@ -63,7 +63,11 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     metrics_stale_s: float = 2.0  # older than this, the read is ignored and the caps alone hold
     # Held dispatch: the server's waiting queue this gateway aims for (with load_metrics)
     target_waiting: int = 0
-    kv_cache_high: float = 0.8  # KV-cache usage (0..1) at which dispatch holds (with load_metrics)
+    # With load_metrics: the share of the server's KV cache that the requests in flight may fill
+    # at their peak (prompt plus max_tokens, each); batch work leaves interactive_reserve of it
+    # while interactive work is about. A server that does not publish its size is held at a KV
+    # usage 0.17 below this instead (room for its running sequences to grow)
+    kv_cache_high: float = 0.97
     permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
 
 
