@@ -16,13 +16,14 @@ waiting counts beyond this process's). The rest is learned at each read:
   counted per request. The `enable_prefix_caching` label is not trusted alone: a server may cache
   prefixes without sharing the blocks of running sequences.
 - **How many real tokens a prompt estimate is** (the estimate is the body's bytes / 4): the
-  upstream's prompt counts of the requests that ended, as a bounded moving average of real over
-  estimated.
+  upstream's prompt counts of the requests that ended, real over estimated tokens summed with a
+  decay (a long prompt weighs more than a short one, whose estimate is mostly JSON), bounded.
 - **Preemptions.** When `vllm:num_preemptions_total` moves, the fill backs off at once (x0.9 per
   read that saw it move, down to half) and sharing is no longer assumed; each read without one
   gives back a little (+0.005), so the fill creeps back toward `kv_cache_high` over a few seconds.
-- **A server held by its sequence limit** (`max_num_seqs`): requests wait there at two reads in a
-  row with the same number running, while the KV cache has room. That number is then the server's
+- **A server held by its sequence limit** (`max_num_seqs`): requests wait there at five reads in a
+  row with the same number running, while the KV cache has room (a server slowed by its prefill
+  budget also leaves requests waiting, but its running count moves as they finish). That number is then the server's
   limit, and this process keeps at most that many plus `max(target_waiting, 1)` in flight there,
   counting other clients' requests too: fed, with no deep queue there. A read with more running
   forgets it.
@@ -39,10 +40,15 @@ from gateway.scheduling.ticket import Ticket
 BACKOFF = 0.9  # the fill's factor at each read that saw the preemption counter move
 MIN_FILL = 0.5
 RECOVER = 0.005  # given back to the fill at each read without a preemption
+SLOT_LIMIT_READS = 5  # reads in a row with requests waiting and the same number running
 SHARING_VOTES = 2  # reads in a row that must show sharing before a prefix counts once
 DECISIVE = 1.5  # the predictions must differ by this factor for a read to vote
 RATIO_BOUNDS = (0.25, 4.0)  # real prompt tokens per estimated token, at most this far off
-RATIO_WEIGHT = 0.05  # each ended request's weight in the moving average
+# The ratio is real over estimated tokens summed with decay, so that a long prompt weighs more than
+# a short one (whose estimate is mostly the body's JSON); it starts from 1 as if this many tokens
+# had been seen, so a first short request cannot swing it
+RATIO_PRIOR_TOKENS = 16_384
+RATIO_DECAY = 0.98  # each ended request's sums are kept at this weight at the next one
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,28 +74,30 @@ class LearnedCapacity:
         self.shares_prefix = False
         self._sharing_votes = 0
         self.prompt_ratio = 1.0
-        self.prompt_samples = 0
+        self._estimated_sum = self._real_sum = float(RATIO_PRIOR_TOKENS)
         self.fill = 1.0
         self.preemptions: float | None = None
         self.foreign = 0.0  # tokens held at the server by requests this process did not send
         self.others = 0  # those requests, running or waiting there
         self.slot_limit: int | None = None
         self._queued_running: float | None = None  # running at the last read where requests waited
+        self._queued_reads = 0  # reads in a row that showed it
         self.budget = 0.0  # the tokens this process may have in flight at their peak
 
     # The hot path: one request at a time
 
     def peak(self, held: InFlight) -> float:
-        """The KV tokens the requests in flight may hold at once, at their peak."""
+        """The KV tokens the requests in flight may hold at once, at their peak (each one's last
+        block half empty on average)."""
         prompt = held.prompt - (held.prefix_each - held.prefix_once if self.shares_prefix else 0)
-        return self.prompt_ratio * prompt + held.output + held.count * self.block_size
+        return self.prompt_ratio * prompt + held.output + held.count * self.block_size / 2
 
     def need(self, ticket: Ticket, held: InFlight) -> float:
         """What `ticket` adds to `peak`."""
         prompt = ticket.prompt_tokens
         if self.shares_prefix and held.holds_prefix(ticket):
             prompt -= min(ticket.prefix_tokens, prompt)
-        return self.prompt_ratio * prompt + ticket.tokens - ticket.prompt_tokens + self.block_size
+        return self.prompt_ratio * prompt + ticket.tokens - ticket.prompt_tokens + self.block_size / 2
 
     def admits(self, ticket: Ticket, held: InFlight, share: float = 1.0) -> bool:
         """Whether `ticket` may go now, on top of `held`; `share`: the part of the budget its class
@@ -107,11 +115,10 @@ class LearnedCapacity:
         """A request ended: its prompt was `real` tokens where `estimated` were counted."""
         if estimated <= 0 or real <= 0:
             return
+        self._estimated_sum = self._estimated_sum * RATIO_DECAY + estimated
+        self._real_sum = self._real_sum * RATIO_DECAY + real
         low, high = RATIO_BOUNDS
-        ratio = min(max(real / estimated, low), high)
-        weight = 1.0 if not self.prompt_samples else RATIO_WEIGHT
-        self.prompt_ratio += weight * (ratio - self.prompt_ratio)
-        self.prompt_samples += 1
+        self.prompt_ratio = min(max(self._real_sum / self._estimated_sum, low), high)
 
     # Each read
 
@@ -171,8 +178,10 @@ class LearnedCapacity:
             self.slot_limit = None  # it runs more than that after all
         room = held.count == 0 or self.peak(held) * (1 + 1 / held.count) < self.budget
         if reading.waiting > 0 and room and running >= 1:
-            if self._queued_running == running:
-                self.slot_limit = int(running)
+            same = self._queued_running == running
+            self._queued_reads = self._queued_reads + 1 if same else 1
             self._queued_running = running
+            if self._queued_reads >= SLOT_LIMIT_READS:
+                self.slot_limit = int(running)
         else:
-            self._queued_running = None
+            self._queued_running, self._queued_reads = None, 0

@@ -17,6 +17,7 @@ import uvicorn
 from structlog.testing import capture_logs
 
 from gateway.scheduling.server_load import (
+    GROWTH_ROOM,
     LoadReading,
     ServerLoad,
     metrics_url_for,
@@ -257,7 +258,7 @@ async def test_a_high_kv_cache_takes_only_replacements_and_the_target(
     client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
 ) -> None:
     endpoint.text = vllm_text(waiting=0, running=30, kv=0.9)
-    load = server_load(client, clock, target_waiting=1, kv_cache_high=0.9)
+    load = server_load(client, clock, target_waiting=1, kv_cache_high=0.9 + GROWTH_ROOM)
     await load.read()
 
     assert dispatch_all(load) == 1  # it waits at the server: the target queue
@@ -270,7 +271,7 @@ async def test_a_server_with_room_takes_a_burst_per_read(
     client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
 ) -> None:
     endpoint.text = vllm_text(waiting=0, running=10, kv=0.1)
-    load = server_load(client, clock, target_waiting=1, kv_cache_high=0.9)
+    load = server_load(client, clock, target_waiting=1, kv_cache_high=0.9 + GROWTH_ROOM)
     await load.read()
 
     assert dispatch_all(load) == 12  # max(10, 4) + 1 + 1: the KV cache has room for 80 more
