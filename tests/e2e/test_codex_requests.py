@@ -1,8 +1,8 @@
 """The requests Codex CLI 0.171 sends (tests/fixtures/clients/codex_cli, recorded through the
 gateway) replayed through the gateway: passed through to an upstream serving the Responses API,
 whose body is the one Codex sent, and translated to chat (a self-hosted server) and on to
-Anthropic, where the namespace tool is flattened, the optional web_search dropped and named in
-`x-gateway-dropped-tools`, and a call of a namespace function comes back in its namespace."""
+Anthropic, where the namespace tool is flattened, Codex's web_search (cached, or live with the
+sandbox off) dropped and named in `x-gateway-dropped-tools`, and a call of a namespace function comes back in its namespace."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_passed_through_the_body_is_the_one_codex_sent(
     # prompt_cache_key goes as the provider's cache_hints say: stripped at a server not api.openai.com
     sent = {name: value for name, value in request["body"].items() if name != "prompt_cache_key"}
     assert received["body"] == {**sent, "model": "gpt-upstream"}
-    assert {"type": "web_search", "external_web_access": False} in received["body"]["tools"]
+    assert "web_search" in [tool["type"] for tool in received["body"]["tools"]]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -137,15 +137,14 @@ def test_a_call_of_a_namespace_function_reaches_codex_in_its_namespace(
     assert json.loads(done[0]["arguments"]) == {"target": "agent-1"}
 
 
-def test_a_builtin_tool_codex_did_not_mark_optional_is_refused_naming_it(
+def test_a_live_web_search_from_another_client_is_refused_naming_it(
     stack: ResponsesStack, team: Team, upstream: RunningUpstream
 ) -> None:
-    request = recorded("first_turn")[0]
-    tools = [{**tool, "external_web_access": True} if tool["type"] == "web_search" else tool
-             for tool in request["body"]["tools"]]  # fmt: skip
-    where = next(i for i, tool in enumerate(tools) if tool["type"] == "web_search")
+    request = recorded("first_turn_full_access")[0]
+    body = {name: value for name, value in request["body"].items() if name != "client_metadata"}
+    where = next(i for i, tool in enumerate(body["tools"]) if tool["type"] == "web_search")
 
-    response = replay(stack, team, "llama", {**request, "body": {**request["body"], "tools": tools}})
+    response = replay(stack, team, "llama", {**request, "body": body})
 
     assert response.status_code == 400
     error = response.json()["error"]

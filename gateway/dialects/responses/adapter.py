@@ -64,7 +64,7 @@ def dropped_tools_header(request: ResponsesRequest, provider: Provider) -> dict[
     translation left out (gateway.dialects.responses.tools); none when passed through."""
     if serves_responses_natively(provider) or not request.tools:
         return {}
-    dropped = dropped_tools(request.tools, drop_builtin=_drops_builtin_tools(provider))
+    dropped = dropped_tools(request, drop_builtin=_drops_builtin_tools(provider))
     return dropped_header(dropped, provider.name)
 
 

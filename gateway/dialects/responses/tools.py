@@ -11,7 +11,9 @@ Built-in tools (web_search, file_search, code_interpreter, image_generation, loc
 run at OpenAI; a chat upstream has none of them. The rule:
 
 - a tool the client marked optional is dropped: `web_search` with `external_web_access: false`
-  (cached results only), which Codex CLI sends by default whatever the model;
+  (cached results only), and a tool a known client sends on every request whatever the task:
+  Codex CLI's `web_search` (live when its sandbox allows network), Codex being told by the
+  `x-codex-*` keys of `client_metadata`; its turns go on without it;
 - every other built-in tool is dropped when the provider says so (`responses_builtin_tools: drop`),
   and refused otherwise: a 400 naming the tool's index (`tools[3]`).
 
@@ -28,7 +30,7 @@ import structlog
 
 from gateway.errors import InvalidRequest
 from gateway.schemas.openai import FunctionDefinition, Tool
-from gateway.schemas.responses import ResponsesTool
+from gateway.schemas.responses import ResponsesRequest, ResponsesTool
 
 log = structlog.get_logger("gateway.responses")
 
@@ -40,6 +42,9 @@ _OPTIONAL_WHEN = {
     "web_search": ("external_web_access", False),
     "web_search_preview": ("external_web_access", False),
 }
+# Built-in tools a client sends on every request, by the prefix of the `client_metadata` keys that
+# name the client: Codex CLI offers web_search on every turn unless its user turns it off.
+_CLIENT_DEFAULTS = (("x-codex-", frozenset({"web_search"})),)
 
 
 def flat_name(namespace: str, name: str) -> str:
@@ -47,8 +52,21 @@ def flat_name(namespace: str, name: str) -> str:
     return f"{namespace}{SEPARATOR}{name}"
 
 
-def is_optional(tool: ResponsesTool) -> bool:
-    """Whether the client said the request may be served without this built-in tool."""
+def client_defaults(request: ResponsesRequest) -> frozenset[str]:
+    """The built-in tools the request's client sends by default (none for an unknown client)."""
+    keys = request.client_metadata or {}
+    found: frozenset[str] = frozenset()
+    for prefix, tools in _CLIENT_DEFAULTS:
+        if any(key.startswith(prefix) for key in keys):
+            found |= tools
+    return found
+
+
+def is_optional(tool: ResponsesTool, defaults: frozenset[str] = frozenset()) -> bool:
+    """Whether the request may be served without this built-in tool: the client said so, or it is
+    one of the tools its client sends by default (`defaults`)."""
+    if tool.type in defaults:
+        return True
     rule = _OPTIONAL_WHEN.get(tool.type)
     return rule is not None and getattr(tool, rule[0]) is rule[1]
 
@@ -61,11 +79,13 @@ class ChatTools:
     dropped: tuple[str, ...]
 
 
-def chat_tools(tools: list[ResponsesTool] | None, *, drop_builtin: bool) -> ChatTools:
-    """`tools` for a chat upstream; InvalidRequest for a tool it cannot have. `drop_builtin`: the
-    provider's `responses_builtin_tools` is `drop`."""
+def chat_tools(request: ResponsesRequest, *, drop_builtin: bool) -> ChatTools:
+    """The request's tools for a chat upstream; InvalidRequest for a tool it cannot have.
+    `drop_builtin`: the provider's `responses_builtin_tools` is `drop`."""
+    tools = request.tools
     if not tools:
         return ChatTools(None, ())
+    defaults = client_defaults(request)
     translated: list[Tool] = []
     dropped: list[str] = []
     for i, tool in enumerate(tools):
@@ -80,25 +100,27 @@ def chat_tools(tools: list[ResponsesTool] | None, *, drop_builtin: bool) -> Chat
                 "served through its chat API, where only function tools exist",
                 f"{where}.type",
             )
-        elif drop_builtin or is_optional(tool):
+        elif drop_builtin or is_optional(tool, defaults):
             dropped.append(tool.type)
         else:
             raise unsupported(
                 f"{where}: the built-in tool {tool.type!r} is not available for this model: its provider "
                 "is served through its chat API, where only function tools exist (a web_search with "
-                "external_web_access false is left out instead, and so is every built-in tool at a "
-                "provider set to responses_builtin_tools: drop)",
+                "external_web_access false is left out instead, and every built-in tool at a provider "
+                "set to responses_builtin_tools: drop)",
                 f"{where}.type",
             )
     return ChatTools(translated or None, tuple(dropped))
 
 
-def dropped_tools(tools: list[ResponsesTool] | None, *, drop_builtin: bool) -> tuple[str, ...]:
+def dropped_tools(request: ResponsesRequest, *, drop_builtin: bool) -> tuple[str, ...]:
     """The types of the built-in tools `chat_tools` leaves out (for a request it accepts)."""
+    defaults = client_defaults(request)
     return tuple(
         tool.type
-        for tool in tools or ()
-        if tool.type not in ("function", "namespace", "custom") and (drop_builtin or is_optional(tool))
+        for tool in request.tools or ()
+        if tool.type not in ("function", "namespace", "custom")
+        and (drop_builtin or is_optional(tool, defaults))
     )
 
 

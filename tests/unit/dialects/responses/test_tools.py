@@ -245,7 +245,10 @@ def test_the_header_names_the_dropped_tools_at_a_translated_provider_only() -> N
     assert dropped_tools_header(typed(body_with(FUNCTION)), VLLM) == {}
 
 
-@pytest.mark.parametrize("name", ["first_turn", "tool_call_turn", "namespace_call_turn", "reasoning_effort"])
+CODEX_SHAPES = sorted(path.stem for path in CODEX.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", CODEX_SHAPES)
 def test_codex_requests_translate_whole(name: str) -> None:
     body = codex_body(name)
 
@@ -257,6 +260,19 @@ def test_codex_requests_translate_whole(name: str) -> None:
     assert chat["stream"] is True and chat["parallel_tool_calls"] is True
     assert chat["messages"][0]["role"] == "system"  # Codex's developer message
     assert dropped_tools_header(typed(body), VLLM) == {DROPPED_HEADER: "web_search"}
+
+
+def test_codex_default_web_search_is_dropped_live_too_and_another_clients_is_refused() -> None:
+    body = codex_body("first_turn_full_access")
+    where = next(i for i, tool in enumerate(body["tools"]) if tool["type"] == "web_search")
+    assert body["tools"][where] == {"type": "web_search", "external_web_access": True}
+
+    assert "web_search" not in json.dumps(sent(body)["tools"])
+    without_codex = {name: value for name, value in body.items() if name != "client_metadata"}
+    with pytest.raises(InvalidRequest) as refused:
+        sent(without_codex)
+    assert refused.value.param == f"tools[{where}].type"
+    assert dropped_tools_header(typed(without_codex), DROPPING) == {DROPPED_HEADER: "web_search"}
 
 
 def test_codex_reasoning_effort_is_sent_and_its_summary_is_not() -> None:
