@@ -235,3 +235,31 @@ def test_rendezvous_order_over_replica_urls() -> None:
     assert all(after[k] == before[k] for k in keys if before[k] != "http://r2")
     # A key whose replica went goes where its own order overflowed to.
     assert all(after[k] == urls[rendezvous_order(k, urls)[1]] for k in keys if before[k] == "http://r2")
+
+
+# --- a conversation's preferred deployment ----------------------------------------------------
+
+
+def test_a_conversation_prefers_its_last_deployment_while_healthy() -> None:
+    last = ALL_CHAT[-1].id
+    for seed in range(20):
+        plan = plan_route(ALL_CHAT, Directives(), NONE_OPEN, None, random.Random(seed), preferred=last)
+        assert plan.first.id == last and len(plan.deployments) == len(ALL_CHAT)
+    unhealthy = plan_route(ALL_CHAT, Directives(), frozenset({last}), None, random.Random(0), preferred=last)
+    assert last not in [d.id for d in unhealthy.deployments]
+
+
+def test_a_batch_pin_and_the_clients_order_come_before_a_conversation() -> None:
+    first, last = ALL_CHAT[0], ALL_CHAT[-1]
+    pinned = plan_route(
+        ALL_CHAT, Directives(batch="b"), NONE_OPEN, first.id, random.Random(0), preferred=last.id
+    )
+    assert pinned.deployments == (first,)
+    ordered = Directives(providers=(first.provider.name, last.provider.name))
+    chosen = [d for d in ALL_CHAT if d.provider.name in ordered.providers]
+    plan = plan_route(chosen, ordered, NONE_OPEN, None, random.Random(0), preferred=last.id)
+    assert plan.first == first
+    never = plan_route(
+        ALL_CHAT, Directives(fallback=Fallback.NEVER), NONE_OPEN, None, random.Random(3), last.id
+    )
+    assert never.deployments == (last,)

@@ -1,11 +1,17 @@
-"""The scheduler per provider: replicas chosen, unlimited providers never queued, caps per replica."""
+"""The scheduler per provider: replicas chosen (by key, by prompt prefix, a failing one passed over),
+unlimited providers never queued, caps per replica."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
 
+import msgspec
+
+from gateway.providers.base import Endpoint
+from gateway.proxy.request import parse_request
 from gateway.routing.directives import Priority
+from gateway.routing.prefix import prompt_prefix
 from gateway.scheduling.scheduler import Scheduler
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import Capacity, Catalog
@@ -61,3 +67,55 @@ async def test_each_replica_has_its_own_cap() -> None:
     for g in [*grants, grant]:
         g.release()
     await scheduler.aclose()
+
+
+def prefixed(system: str, question: str, team: str = "team", replica: str | None = None) -> Ticket:
+    """A ticket as the proxy builds it for a chat request without a cache key."""
+    body = {
+        "model": "m",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+    }
+    parsed = parse_request(msgspec.json.encode(body), Endpoint.CHAT, 100)
+    leading = prompt_prefix(team, parsed.typed, 8192)
+    return Ticket(
+        team, 1.0, Priority.INTERACTIVE, 10, 20, leading.shared, leading.shared_tokens, leading, replica
+    )
+
+
+HANDBOOKS = [f"Handbook {n}. " + "Extract every field of the invoice. " * 150 for n in range(9)]
+
+
+async def test_keyless_requests_sharing_a_prefix_meet_on_one_replica() -> None:
+    config = replicated(None)
+    scheduler, vllm = Scheduler(config), config.providers[0]
+    seen: dict[int, set[str]] = {n: set() for n in range(len(HANDBOOKS))}
+    for i in range(90):
+        grant = await scheduler.enter(vllm, None, prefixed(HANDBOOKS[i % 9], f"Invoice {i}"))
+        seen[i % 9].add(grant.base_url)
+        grant.release()
+    assert all(len(urls) == 1 for urls in seen.values()), seen
+    assert len(set().union(*seen.values())) > 1
+
+
+async def test_another_teams_prefix_is_placed_on_its_own() -> None:
+    config = replicated(None)
+    vllm = config.providers[0]
+    placed = {}
+    for team in ("team-a", "team-b", "team-c", "team-d", "team-e"):
+        grant = await Scheduler(config).enter(vllm, None, prefixed(HANDBOOKS[0], "Invoice", team))
+        placed[team] = grant.base_url
+    assert len(set(placed.values())) > 1  # one prompt, teams apart: not one replica for all
+
+
+async def test_a_failed_replica_is_passed_over_until_it_serves_again() -> None:
+    config = replicated(None)
+    scheduler, vllm = Scheduler(config), config.providers[0]
+    home = (await scheduler.enter(vllm, "shared-prefix", TICKET)).base_url
+    scheduler.replica_failed(vllm, home)
+    moved = (await scheduler.enter(vllm, "shared-prefix", TICKET)).base_url
+    assert moved != home
+    conversation = prefixed(HANDBOOKS[0], "q", replica=home)
+    assert (await scheduler.enter(vllm, None, conversation)).base_url != home
+    scheduler.replica_succeeded(vllm, home)
+    assert (await scheduler.enter(vllm, "shared-prefix", TICKET)).base_url == home
+    assert (await scheduler.enter(vllm, None, conversation)).base_url == home
