@@ -7,17 +7,15 @@ the turn ends in text.
 
 Codex 0.171 sends a `namespace` tool (multi_agent_v1) and `web_search` on every turn (live here,
 where its sandbox is off), `reasoning.summary`, `include`, `store: false`, `client_metadata`...:
-a turn completing through a translated provider is the proof that each is handled. The package is installed by the test set-up (skipped with the reason when npm or the
-registry cannot be reached, failed under CI=true).
+a turn completing through a translated provider is the proof that each is handled. The package is installed by the test set-up (tests/support/npm_clients: skipped with the
+reason when npm or the registry cannot be reached, failed under CI=true).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +25,10 @@ import httpx
 import pytest
 
 from tests.support.gateway import REPO, GatewayProcess, Team, create_team
+from tests.support.npm_clients import NpmPackage, require
 from tests.support.upstream import RunningUpstream, start_mock_upstream
 
-CODEX_PACKAGE = "@openai/codex"
-CODEX_VERSION = "0.171.0"
+CODEX = NpmPackage("@openai/codex", "0.171.0", "codex")
 ADMIN_KEY = "admin-codex-cli-0123456789abcdef0123456789"
 TOOL_OUTPUT = "gateway-tool-ok"
 RUN_TIMEOUT_S = 180  # a bound on a hung CLI, not a measurement
@@ -66,44 +64,9 @@ models:
 # --- the CLI ----------------------------------------------------------------------------------
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Codex CLI is needed under CI: {reason}")
-    pytest.skip(reason)
-
-
-def install_codex() -> Path:
-    """The `codex` command of the pinned package, installed once into a cache folder."""
-    npm = shutil.which("npm")
-    if npm is None:
-        _unavailable("npm is not installed")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gateway-tests" / "npm"
-    home = cache / f"codex-{CODEX_VERSION}"
-    command = home / "node_modules" / ".bin" / "codex"
-    if command.exists():
-        return command
-    cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="codex-", dir=cache))  # renamed whole: never half there
-    try:
-        installed = subprocess.run(
-            [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--loglevel=error",
-             f"{CODEX_PACKAGE}@{CODEX_VERSION}"],
-            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        if installed.returncode != 0:
-            _unavailable(f"npm could not install {CODEX_PACKAGE}@{CODEX_VERSION}: {installed.stderr[-500:]}")
-        staging.rename(home)
-    except OSError:
-        if not command.exists():  # another session's install won the rename: use it
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return command
-
-
 @pytest.fixture(scope="module")
 def codex() -> Path:
-    return install_codex()
+    return require(CODEX)
 
 
 @dataclass
