@@ -206,13 +206,18 @@ def _json_content(schema: dict[str, Any]) -> dict[str, Any]:
     return {JSON: {"schema": schema}}
 
 
-ERROR_RESPONSES: dict[str, Any] = {
-    status: {"description": text, "content": _json_content(json_schema(ErrorBody))}
-    for status, text in (
-        ("4XX", "The request was refused: an OpenAI error object."),
-        ("5XX", "The gateway or the upstream failed: an OpenAI error object."),
-    )
-}
+def error_responses(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """The 4XX and 5XX responses of an API whose error body is `schema` (`name` describes it)."""
+    return {
+        status: {"description": text.format(name), "content": _json_content(schema)}
+        for status, text in (
+            ("4XX", "The request was refused: {}."),
+            ("5XX", "The gateway or the upstream failed: {}."),
+        )
+    }
+
+
+ERROR_RESPONSES = error_responses(json_schema(ErrorBody), "an OpenAI error object")
 
 
 # `stream_options` only with `"stream": true`, as OpenAI has it (gateway.proxy.request).
@@ -241,6 +246,7 @@ def documented(
     content: dict[str, Any] | None = None,
     also: dict[str, str] | None = None,
     body_type: str = JSON,
+    errors: dict[str, Any] | None = None,
 ) -> type[Operation]:
     """An `operation_class` for a route decorator; `body`/`response` are JSON Schemas (see json_schema).
 
@@ -248,6 +254,7 @@ def documented(
     `content`: the success response's media types and schemas, when it is not (only) JSON.
     `also`: more statuses (with their descriptions) that answer the same content, not an error object.
     `body_type`: the request body's media type, when it is not JSON (a multipart form).
+    `errors`: the error responses, when not OpenAI's error object (`error_responses`).
     """
     request_body = {"required": True, "content": {body_type: {"schema": body}}} if body is not None else None
     success: dict[str, Any] | None = content
@@ -269,7 +276,7 @@ def documented(
                     responses[status] = {**responses[status], "content": success}
                 for status, description in (also or {}).items():
                     responses[status] = {"description": description, "content": success}
-            responses.update({k: v for k, v in ERROR_RESPONSES.items() if k not in responses})
+            responses.update({k: v for k, v in (errors or ERROR_RESPONSES).items() if k not in responses})
             return schema
 
     return DocumentedOperation

@@ -20,7 +20,7 @@ from litestar.di import Provide
 from litestar.types import ASGIApp
 
 from gateway.api.front.proxy import FrontDependency
-from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema, openai_body
+from gateway.api.openapi import DIRECTIVE_HEADERS, documented, error_responses, json_schema, openai_body
 from gateway.api.team_key import PrincipalDependency, provide_messages_principal
 from gateway.auth.principal import Principal
 from gateway.dialects.messages.count import (
@@ -37,7 +37,13 @@ from gateway.providers.base import Endpoint, TokenUsage
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import parse_directives
 from gateway.routing.policy import eligible_deployments
-from gateway.schemas.anthropic import CountTokensRequest, MessageOut, MessagesRequest, TokenCount
+from gateway.schemas.anthropic import (
+    CountTokensRequest,
+    ErrorEnvelope,
+    MessageOut,
+    MessagesRequest,
+    TokenCount,
+)
 from gateway.services import Services, ServicesDependency
 from gateway.settings import ProviderKind
 
@@ -50,13 +56,18 @@ API_KEY_HEADER: dict[str, Any] = {
     "schema": {"type": "string"},
 }
 HEADERS = [API_KEY_HEADER, *DIRECTIVE_HEADERS]
+ERRORS = error_responses(json_schema(ErrorEnvelope), "Anthropic's error envelope")
 
 
 @post(
     "/v1/messages",
     status_code=200,
     operation_class=documented(
-        body=openai_body(MessagesRequest), response=json_schema(MessageOut), streams=True, headers=HEADERS
+        body=openai_body(MessagesRequest),
+        response=json_schema(MessageOut),
+        streams=True,
+        headers=HEADERS,
+        errors=ERRORS,
     ),
 )
 async def create_message(front: FrontDependency) -> ASGIApp:
@@ -76,7 +87,7 @@ def counting_deployment(eligible: Sequence[Deployment], open_circuits: Any) -> D
     "/v1/messages/count_tokens",
     status_code=200,
     operation_class=documented(
-        body=openai_body(CountTokensRequest), response=json_schema(TokenCount), headers=HEADERS
+        body=openai_body(CountTokensRequest), response=json_schema(TokenCount), headers=HEADERS, errors=ERRORS
     ),
     dependencies={"principal": Provide(provide_messages_principal)},
 )
