@@ -7,6 +7,7 @@ answers from a script, and every attempt is recorded. Pins live in a real store 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamR
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext, ProxyService, milliseconds
 from gateway.routing.deployment import Deployment
-from gateway.routing.directives import Directives, Fallback
+from gateway.routing.directives import Directives, Fallback, Priority
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
 from gateway.routing.policy import rendezvous_choice
@@ -234,3 +235,85 @@ async def test_a_pinned_batch_that_keeps_being_rate_limited_passes_retry_after_o
     with pytest.raises(PinnedProviderUnavailable) as refused:
         await h.call(Directives(batch="b1"))
     assert refused.value.headers.get("retry-after") == "7"
+
+
+# --- the ticket: what the scheduler is asked for ----------------------------------------------
+
+HANDBOOK = "Extract every field of the invoice. " * 120  # about 4.3 KB, 1,080 tokens
+
+
+def scheduled(
+    body: dict[str, object], team: str = "team-1", directives: Directives = Directives()
+) -> ProxyContext:
+    parsed = parse_request(json.dumps({"model": "chat", **body}).encode(), Endpoint.CHAT, 100)
+    ctx = ProxyContext("req-1", principal(team), parsed, directives)
+    harness().service.schedule(ctx, Priority.INTERACTIVE, 10, 20)
+    return ctx
+
+
+def asked(question: str, system: object = HANDBOOK, **extra: object) -> dict[str, object]:
+    return {
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+        **extra,
+    }
+
+
+def test_a_keyless_ticket_names_its_shared_prefix_alike_for_every_question() -> None:
+    first, second = scheduled(asked("Invoice 1")), scheduled(asked("Invoice 2 " * 40))
+    assert first.cache_key is None
+    assert first.ticket.prefix is not None and first.ticket.prefix == second.ticket.prefix
+    assert first.ticket.prefix_tokens == second.ticket.prefix_tokens
+    assert abs(first.ticket.prefix_tokens - len(HANDBOOK) / 4) < 8  # bytes/4, as the estimate
+    assert first.ticket.leading is not None and first.ticket.leading.blocks
+    assert scheduled(asked("Invoice 1"), "team-2").ticket.prefix != first.ticket.prefix
+
+
+def test_a_keyed_ticket_is_named_by_its_key_within_its_team() -> None:
+    keyed = scheduled(asked("Invoice 1", prompt_cache_key="handbook"))
+    header = scheduled(asked("Invoice 2"), directives=Directives(cache_key="handbook"))
+    assert keyed.cache_key == header.cache_key == "handbook"
+    assert keyed.ticket.prefix == header.ticket.prefix != "handbook"
+    assert keyed.ticket.prefix_tokens == scheduled(asked("Invoice 1")).ticket.prefix_tokens
+    other_team = scheduled(asked("Invoice 1", prompt_cache_key="handbook"), "team-2")
+    assert other_team.ticket.prefix != keyed.ticket.prefix
+
+
+def test_a_breakpoint_names_and_sizes_the_prefix() -> None:
+    marked = [{"type": "text", "text": HANDBOOK, "cache_control": {"type": "ephemeral"}}]
+    one = scheduled({"messages": [{"role": "user", "content": marked}, {"role": "user", "content": "a"}]})
+    two = scheduled({"messages": [{"role": "user", "content": marked}, {"role": "user", "content": "b"}]})
+    assert one.cache_key is not None and one.cache_key == two.cache_key  # derived once, here
+    assert one.ticket.prefix == two.ticket.prefix
+    assert one.ticket.prefix_tokens >= len(HANDBOOK) // 4
+
+
+def test_a_short_prompt_has_no_prefix() -> None:
+    ctx = scheduled({"messages": [{"role": "user", "content": "hi"}]})
+    assert ctx.ticket.prefix is None and ctx.ticket.prefix_tokens == 0 and ctx.ticket.leading is None
+
+
+async def test_a_conversation_follows_its_last_deployment_and_a_batch_does_not() -> None:
+    h = harness(seed=1)
+    body = json.dumps(
+        {"model": "chat", "messages": [{"role": "user", "content": "hi"}], "prompt_cache_key": "t-1"}
+    )
+
+    async def served(directives: Directives = Directives()) -> Deployment:
+        ctx = ProxyContext(
+            f"req-{random.random()}",
+            principal(),
+            parse_request(body.encode(), Endpoint.CHAT, 100),
+            directives,
+        )
+        h.service.schedule(ctx, Priority.INTERACTIVE, 10, 20)
+        return (await h.service.complete(ctx)).deployment
+
+    first = await served()
+    assert {(await served()).id for _ in range(20)} == {first.id}
+    h.executor.failing.add(first.id)  # it fails: the request falls back, the conversation moves
+    moved = await served()
+    assert moved.id != first.id
+    h.executor.failing.clear()
+    assert {(await served()).id for _ in range(10)} == {moved.id}
+    batched = {(await served(Directives(batch=f"b-{i}"))).id for i in range(30)}
+    assert len(batched) > 1  # batches are placed by their pins, not by the conversation
