@@ -66,8 +66,8 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # With load_metrics: the share of the server's KV cache that the requests in flight may fill
     # at their peak (prompt plus max_tokens, each); batch work leaves interactive_reserve of it
     # while interactive work is about. A server that does not publish its size is held at a KV
-    # usage 0.17 below this instead (room for its running sequences to grow)
-    kv_cache_high: float = 0.97
+    # usage 0.18 below this instead (room for its running sequences to grow)
+    kv_cache_high: float = 0.98
     permit_lease_s: float = 3.0  # a process's permits in Redis outlive it by at most this
 
 

@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from structlog.testing import capture_logs
 
+from gateway.routing.directives import Priority
 from gateway.scheduling.server_load import (
     GROWTH_ROOM,
     LoadReading,
@@ -23,6 +24,7 @@ from gateway.scheduling.server_load import (
     metrics_url_for,
     parse_load,
 )
+from gateway.scheduling.ticket import Ticket
 from gateway.settings import SchedulingSettings
 from mock_upstream.vllm.app import create_simulator_app
 from mock_upstream.vllm.engine import EngineConfig
@@ -210,6 +212,61 @@ def test_parse_load_skips_values_that_are_not_numbers() -> None:
 )
 def test_parse_load_without_vllm_load_is_none(text: str) -> None:
     assert parse_load(text, read_at=1.0) is None
+
+
+CACHE_CONFIG = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
+    'gpu_memory_utilization="0.9",num_gpu_blocks="8600"} 1.0\n'
+)
+PREEMPTIONS = (
+    "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n"
+    "# TYPE vllm:num_preemptions_total counter\n"
+    'vllm:num_preemptions_total{engine="0",model_name="a"} 7.0\n'
+)
+
+
+def test_parse_load_reads_the_kv_size_and_the_preemption_counter() -> None:
+    reading = parse_load(vllm_text(0, 3, 0.5) + CACHE_CONFIG + PREEMPTIONS, read_at=1.0)
+    assert reading == LoadReading(0, 3, 0.5, 1.0, kv_tokens=8600 * 16, block_size=16, preemptions=7.0)
+
+
+def test_parse_load_sums_the_kv_size_of_each_engine() -> None:
+    second = CACHE_CONFIG.replace('num_gpu_blocks="8600"', 'engine="1",num_gpu_blocks="400"')
+    reading = parse_load(vllm_text(0, 3, 0.5) + CACHE_CONFIG + second.split("\n", 2)[2], read_at=1.0)
+    assert reading is not None and reading.kv_tokens == 9000 * 16
+
+
+@pytest.mark.parametrize("blocks", ["None", "0", "many", ""])
+def test_parse_load_without_a_kv_size_has_none(blocks: str) -> None:
+    text = vllm_text(0, 3, 0.5) + CACHE_CONFIG.replace('"8600"', f'"{blocks}"')
+    reading = parse_load(text, read_at=1.0)
+    assert reading is not None and reading.kv_tokens is None and reading.preemptions is None
+
+
+async def test_a_server_that_publishes_its_size_is_filled_by_the_learned_capacity(
+    client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
+) -> None:
+    """The size decides, not the burst: the old rule would hold at once (usage above 0.8)."""
+    endpoint.text = vllm_text(0, 0, 0.85) + CACHE_CONFIG + PREEMPTIONS
+    load = server_load(client, clock, kv_cache_high=1.0)
+    await load.read()
+    one = Ticket("t", 1.0, Priority.BATCH, 1000, 1100)
+    sent = 0
+    while load.may_dispatch(one):
+        load.in_flight.hold(one)
+        sent += 1
+    assert sent == 8600 * 16 // 1108  # each at its peak, its last block half empty
+    capacity = load.snapshot()["capacity"]
+    assert capacity["kv_tokens"] == 8600 * 16 and capacity["shares_prefix"] is False
+
+    endpoint.text = endpoint.text.replace("} 7.0", "} 9.0")  # it preempted
+    await load.read()
+    assert not load.may_dispatch(one) and load.capacity.fill < 1
+
+    clock.now += 10  # stale: the caps alone hold
+    assert load.may_dispatch(one)
 
 
 # the rule
