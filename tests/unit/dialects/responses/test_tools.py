@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import structlog.testing
 from openai.types.responses import Response as SDKResponse
 
 from gateway.dialects.responses.adapter import TranslatedResponsesAdapter, dropped_tools_header
@@ -292,3 +293,32 @@ def test_codex_sends_back_the_namespace_of_the_call_it_was_answered() -> None:
     calls = [c for m in messages for c in m.get("tool_calls", ())]
     assert [c["function"]["name"] for c in calls] == ["multi_agent_v1__close_agent"]
     assert messages[-1]["role"] == "tool" and messages[-1]["tool_call_id"] == call["call_id"]
+
+
+def test_fields_a_chat_upstream_cannot_honour_are_dropped_not_refused() -> None:
+    body = body_with(
+        FUNCTION,
+        include=["reasoning.encrypted_content"],
+        reasoning={"effort": "low", "summary": "auto"},
+        text={"verbosity": "low"},
+        store=False,
+        service_tier="priority",
+        client_metadata={"session_id": "s"},
+        prompt_cache_key="session-1",
+        parallel_tool_calls=False,
+        stream=True,
+    )
+
+    chat = sent(body)
+
+    assert chat["reasoning_effort"] == "low" and chat["parallel_tool_calls"] is False
+    assert not {"include", "reasoning", "text", "store", "service_tier", "client_metadata"} & chat.keys()
+
+
+def test_the_log_line_names_the_tools_and_the_provider_only() -> None:
+    with structlog.testing.capture_logs() as logs:
+        dropped_tools_header(typed(codex_body("first_turn")), VLLM)
+
+    (line,) = [entry for entry in logs if entry["event"] == "responses_tools_dropped"]
+    assert line == {"event": "responses_tools_dropped", "log_level": "info", "tools": ["web_search"],
+                    "provider": VLLM.name}  # fmt: skip
