@@ -11,7 +11,9 @@ immediate follow-up at another process is let through. An id no team of the call
 refused with a 404, as OpenAI answers an unknown id, before anything goes upstream. The gateway
 serves no POST /v1/conversations, so no conversation id is ever its team's: every one is refused.
 
-Translated providers refuse both fields themselves (gateway.dialects.responses.request).
+The gateway's own store of Responses (gateway.responses_store) decides first whether a
+`previous_response_id` is passed through (this check then applies) or rebuilt for the provider;
+translated providers refuse `conversation` themselves (gateway.dialects.responses.request).
 """
 
 from __future__ import annotations
