@@ -241,24 +241,57 @@ class ReplicaGate:
     async def _run_pump(self) -> None:
         try:
             while self.queue:
-                waiter = self.queue.peek()
-                assert waiter is not None
-                self._wake.clear()  # a release during the ask below wakes the sleep after it
-                permit = await self._try(waiter.ticket, waiting=len(self.queue))
-                if permit is None:
+                self._wake.clear()  # a release during the asks below wakes the sleep after them
+                if not await self._dispatch_next():
                     await self._sleep()
-                    continue
-                if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
-                    freed = self.held.drop(waiter.ticket)
-                    if permit.bank is not None:
-                        permit.bank.release(self.url, freed)
-                    if self.server_load is not None:
-                        self.server_load.withdrawn()
-                    continue
-                waited = time.monotonic() - waiter.enqueued_at
-                waiter.reply.set_result(self._granted(waiter.ticket, permit, waited))
         finally:
             self._pump = None
+
+    async def _dispatch_next(self) -> bool:
+        """Grant the queue's next waiter a permit if it may go now; if it may not (a long prompt
+        whose KV does not fit yet), a shorter one of the queue's candidates that fits, unless one
+        before it has aged. False when none went."""
+        head = self.queue.peek()
+        assert head is not None
+        waiting = len(self.queue)
+        permit = await self._try(head.ticket, waiting)
+        if permit is not None:
+            return self._hand_over(head, permit)
+        if head.aged:
+            return False
+        smallest = head.ticket.tokens
+        for waiter in self.queue.candidates()[1:]:
+            if waiter.aged:
+                return False  # it goes before anything else that is younger: wait for room
+            if waiter.ticket.tokens >= smallest or not self._fits_here(waiter.ticket):
+                continue  # no smaller than one that did not fit, or held by the count alone
+            permit = await self._try(waiter.ticket, waiting)
+            if permit is not None:
+                return self._hand_over(waiter, permit)
+            smallest = waiter.ticket.tokens
+        return False
+
+    def _fits_here(self, ticket: Ticket) -> bool:
+        """Whether `ticket` fits what this process sees (the server's load, its own counts): the
+        shared bank is asked only for a request that does."""
+        keep_reserve = ticket.priority is Priority.BATCH and self._reserve_kept()
+        load = self.server_load
+        if load is not None and not load.may_dispatch(ticket, self._batch_kv_share if keep_reserve else 1.0):
+            return False
+        caps = self._batch_caps if keep_reserve else self.caps
+        return fits(caps, self.held.count, self.held.tokens, self.held.cost(ticket))
+
+    def _hand_over(self, waiter: Waiter, permit: Permit) -> bool:
+        if not self.queue.take(waiter) or waiter.reply.done():  # it gave up meanwhile
+            freed = self.held.drop(waiter.ticket)
+            if permit.bank is not None:
+                permit.bank.release(self.url, freed)
+            if self.server_load is not None:
+                self.server_load.withdrawn()
+            return True  # the queue changed: look again at once
+        waited = time.monotonic() - waiter.enqueued_at
+        waiter.reply.set_result(self._granted(waiter.ticket, permit, waited))
+        return True
 
     async def _sleep(self) -> None:
         poll = LOCAL_POLL_S if self._bank is None else self._bank.poll_s

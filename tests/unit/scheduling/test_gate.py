@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from gateway.errors import QueueFull, QueueTimeout
@@ -11,7 +12,9 @@ from gateway.providers.base import TokenUsage
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
 from gateway.scheduling.permits import Caps
+from gateway.scheduling.server_load import ServerLoad
 from gateway.scheduling.ticket import Ticket
+from gateway.settings import SchedulingSettings
 
 URL = "http://replica:8000/v1"
 
@@ -175,3 +178,75 @@ async def test_the_reserve_is_lent_to_batch_work_while_no_interactive_work_is_ab
     (await asyncio.wait_for(queued_batch, 1.0)).release()
     for grant in batch:
         grant.release()
+
+
+def prefixed(prompt: int, output: int = 64, team: str = "t") -> Ticket:
+    return Ticket(team, 1.0, Priority.BATCH, prompt, prompt + output, "system", 2048)
+
+
+async def test_a_token_cap_counts_a_prefix_in_flight_once() -> None:
+    replica = gate(Caps(max_tokens_in_flight=3000))
+    grants = []
+    while True:
+        try:
+            grants.append(await replica.enter(prefixed(2100), 0.01, never_full))
+        except QueueTimeout:
+            break
+    assert len(grants) == 1 + (3000 - 2164) // 116  # the first carries the prefix, the rest 116 each
+    assert replica.tokens_in_flight == 2164 + 7 * 116
+    for grant in grants:
+        grant.release()
+    assert replica.tokens_in_flight == 0 and replica.in_flight == 0
+
+
+class CountingBank:
+    """A shared bank that grants everything and counts the tokens asked for and given back."""
+
+    def __init__(self) -> None:
+        self.acquired = self.released = 0
+
+    async def acquire(self, replica: str, tokens: int, caps: Caps, waiting: int) -> bool:
+        self.acquired += tokens
+        return True
+
+    def release(self, replica: str, tokens: int) -> None:
+        self.released += tokens
+
+    def watch(self, replica: str, wake: object) -> None:
+        pass
+
+    poll_s = 1.0
+
+
+async def test_a_shared_bank_gets_back_what_it_was_charged() -> None:
+    bank = CountingBank()
+    replica = ReplicaGate("vllm", URL, Caps(max_tokens_in_flight=10_000), bank, batch_share=0.1)  # type: ignore[arg-type]
+    grants = [await replica.enter(prefixed(2100 + i), 1.0, never_full) for i in range(5)]
+    assert bank.acquired == 2164 + (117 + 118 + 119 + 120)
+    for grant in (grants[2], grants[0], grants[4], grants[1], grants[3]):
+        grant.release()
+    assert bank.released == bank.acquired
+
+
+async def test_a_short_request_passes_a_long_head_whose_tokens_do_not_fit_yet() -> None:
+    replica = gate(Caps(max_tokens_in_flight=5000))
+    holding = await replica.enter(ticket("x", tokens=3000), 1.0, never_full)
+    long = asyncio.create_task(replica.enter(ticket("a", tokens=3000), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    short = asyncio.create_task(replica.enter(ticket("b", tokens=500), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    assert short.done() and not long.done()
+    short.result().release()
+    holding.release()
+    (await asyncio.wait_for(long, 1.0)).release()
+
+
+async def test_the_prompt_estimate_is_checked_against_the_servers_count_when_a_request_ends() -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(503))) as client:
+        load = ServerLoad("http://replica:8000/metrics", SchedulingSettings(), client)
+        replica = ReplicaGate("vllm", URL, Caps(), batch_share=0.1, load=load)
+        load.in_flight = replica.held
+        for _ in range(100):
+            grant = await replica.enter(ticket(tokens=4000), 1.0, never_full)
+            grant.release(TokenUsage(prompt_tokens=5000, completion_tokens=10))
+    assert 1.2 < load.capacity.prompt_ratio <= 1.25
