@@ -227,3 +227,29 @@ def test_a_turn_that_calls_a_tool(
         assert second["messages"][-1]["role"] == "tool"
         answered = second["messages"][-1]["content"]
     assert TOOL_OUTPUT in json.dumps(answered)  # Codex ran the command the upstream asked for
+
+
+def test_a_call_of_a_namespace_function_reaches_its_handler_in_codex(
+    codex: Path, fronted: tuple[GatewayProcess, Team], mock_upstream: RunningUpstream, tmp_path: Path
+) -> None:
+    """Translated, the upstream calls the flattened `multi_agent_v1__close_agent`; Codex gets
+    `namespace` and `name` apart and runs its close_agent, whose answer for an id that is not an
+    agent's goes back as the tool's output (an unknown tool would get Codex's `unsupported call`)."""
+    gateway, team = fronted
+    mock_upstream.clear()
+    mock_upstream.set_behaviour(
+        call_tool="multi_agent_v1__close_agent", call_arguments={"target": "no-agent"}
+    )
+    try:
+        run = run_codex(codex, tmp_path, gateway.base_url, team.key, "llama", "close the agent")
+    finally:
+        mock_upstream.set_behaviour()
+
+    assert run.returncode == 0
+    requests = [r["body"] for r in mock_upstream.requests() if r["path"] == "/v1/chat/completions"]
+    assert len(requests) == 2
+    call, output = requests[1]["messages"][-2:]
+    assert [c["function"]["name"] for c in call["tool_calls"]] == ["multi_agent_v1__close_agent"]
+    assert output["role"] == "tool" and output["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert "invalid agent id no-agent" in json.dumps(output["content"])
+    assert "unsupported call" not in json.dumps(output["content"])
