@@ -15,12 +15,14 @@ import pytest
 import structlog.testing
 from openai.types.responses import Response as SDKResponse
 
+from gateway.dialects.endpoints import endpoint_adapter
 from gateway.dialects.responses.adapter import TranslatedResponsesAdapter, dropped_tools_header
 from gateway.dialects.responses.tools import DROPPED_HEADER
 from gateway.errors import InvalidRequest
 from gateway.providers.base import Endpoint, UpstreamCall
 from gateway.providers.openai.adapter import OpenAIAdapter
 from gateway.schemas.responses import ResponsesRequest
+from gateway.settings import ConfigError, load_catalog
 from tests.support.openapi import validate
 from tests.unit.providers.calls import FIXTURES, provider
 
@@ -322,3 +324,20 @@ def test_the_log_line_names_the_tools_and_the_provider_only() -> None:
     (line,) = [entry for entry in logs if entry["event"] == "responses_tools_dropped"]
     assert line == {"event": "responses_tools_dropped", "log_level": "info", "tools": ["web_search"],
                     "provider": VLLM.name}  # fmt: skip
+
+
+def test_the_provider_setting_reaches_the_translating_adapter_and_is_checked(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    line = "{name: p, kind: openai, region: r, base_url: 'http://h/v1', responses_builtin_tools: %s}"
+    models = "models:\n  - {name: m, deployments: [{provider: p, model: u}]}\n"
+
+    config.write_text(f"providers:\n  - {line % 'drop'}\n{models}")
+    (loaded,) = load_catalog(config, {}).providers
+    adapter = endpoint_adapter(loaded, Endpoint.RESPONSES)
+    assert isinstance(adapter, TranslatedResponsesAdapter) and adapter.drop_builtin_tools
+    assert not endpoint_adapter(VLLM, Endpoint.RESPONSES).drop_builtin_tools
+
+    config.write_text(f"providers:\n  - {line % 'ignore'}\n{models}")
+    with pytest.raises(ConfigError) as raised:
+        load_catalog(config, {})
+    assert "providers[0].responses_builtin_tools: must be refuse or drop" in str(raised.value)
