@@ -55,7 +55,7 @@ class Waiter:
     bucket: int = field(default=0, init=False)
     arrival: int = field(default=0, init=False)  # its place in the queue's order of arrival
     passed: int = field(default=0, init=False)  # waiters behind it the gate dispatched first
-    team: _TeamQueue | None = field(default=None, init=False, repr=False)  # None once out of the queue
+    team_queue: _TeamQueue | None = field(default=None, init=False, repr=False)  # None once out of the queue
     shorter_before: int = field(default=0, init=False, repr=False)  # its team's shorter dispatches at arrival
 
     @property
@@ -70,7 +70,7 @@ class Waiter:
     def passes(self) -> int:
         """How many waiters went before it while it waited: shorter ones of its team, and those
         the gate let past it."""
-        team = self.team
+        team = self.team_queue
         if team is None:
             return self.passed
         return self.passed + team.shorter_dispatched[self.bucket] - self.shorter_before
@@ -79,7 +79,7 @@ class Waiter:
     def aged(self) -> bool:
         """It has been passed `aging_passes` times: nothing younger goes before it any more, and a
         gate should wait for room for it rather than let another request past."""
-        team = self.team
+        team = self.team_queue
         return team is not None and self.passes >= team.aging_passes
 
 
@@ -95,7 +95,7 @@ class _TeamQueue:
     size: int = 0
 
     def push(self, waiter: Waiter) -> None:
-        waiter.team = self
+        waiter.team_queue = self
         waiter.shorter_before = self.shorter_dispatched[waiter.bucket]
         self.buckets[waiter.bucket].append(waiter)
         self.size += 1
@@ -120,7 +120,7 @@ class _TeamQueue:
         self.buckets[waiter.bucket].remove(waiter)
         self.size -= 1
         waiter.passed = waiter.passes  # kept, so it reads the same once out of the queue
-        waiter.team = None
+        waiter.team_queue = None
         if dispatched:  # it passed the team's longer waiters that were there before it
             for bucket in range(waiter.bucket + 1, BUCKETS):
                 self.shorter_dispatched[bucket] += 1
@@ -166,7 +166,7 @@ class _ClassQueue:
         return found[:limit]
 
     def remove(self, waiter: Waiter, dispatched: bool = False) -> bool:
-        queue = waiter.team
+        queue = waiter.team_queue
         if queue is None or self.teams.get(waiter.team_id) is not queue:
             return False
         queue.remove(waiter, dispatched)
@@ -236,7 +236,7 @@ class FairQueue:
         """Dispatch `waiter` (normally the one `peek` gave, or one of `candidates`): out of the
         queue, charged to its team. False if it is no longer queued (it gave up meanwhile)."""
         queue = self._classes[waiter.priority]
-        if waiter.team is None:
+        if waiter.team_queue is None:
             return False
         if waiter is not self.peek():  # the gate let it past the waiters before it
             for ahead in self.candidates():
