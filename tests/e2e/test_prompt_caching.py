@@ -1,8 +1,9 @@
 """Prompt-cache hints end to end (SPEC section 4): the OpenAI SDK -> `gateway serve` -> recording upstreams.
 
 What each provider kind receives, the layouts refused before sending, one derived
-`prompt_cache_key` across gateway processes, replica affinity for a self-hosted provider, and
-cached tokens priced exactly in the usage report.
+`prompt_cache_key` across gateway processes, replica affinity for a self-hosted provider (by cache
+key, by a keyless prompt's prefix, by conversation), and cached tokens priced exactly in the usage
+report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import redis
@@ -330,3 +332,95 @@ def test_a_cache_key_stays_on_one_replica_and_losing_a_replica_moves_only_its_ke
     moved = {key for key in KEYS if after[key] != before[key]}
     assert moved == {key for key in KEYS if before[key] == removed}
     assert moved, "the removed replica served no key, so nothing was shown to move"
+
+
+# --- prefix and conversation affinity without a cache key ----------------------------------------
+
+# Five: an odd count, so that requests taken in turn (round robin) would split every handbook.
+HANDBOOKS = [f"Handbook {n}: " + "extract every field of the invoice, exactly. " * 60 for n in range(5)]
+
+
+def serve_two_replicas(caching: CachingStack, replicas: list[RunningUpstream], name: str) -> GatewayProcess:
+    """Two replicas; a request may be tried twice, so that a failing replica's request is retried
+    at the other one."""
+    config = caching.workdir / f"{name}.yaml"
+    config.write_text(replica_config(replicas[:2]).replace("max_attempts: 1", "max_attempts: 2"))
+    return GatewayProcess(config, gateway_env(caching.database_url)).start()
+
+
+def replica_of(replicas: list[RunningUpstream], marker: str) -> list[int]:
+    """Which replicas (by index) received a request whose last message contains `marker`."""
+    found = []
+    for index, replica in enumerate(replicas):
+        for request in replica.requests():
+            if marker in str(request["body"]["messages"][-1]["content"]):
+                found.append(index)
+    return found
+
+
+def test_keyless_requests_sharing_a_system_prompt_meet_on_one_replica(
+    caching: CachingStack, team: TeamKey, replicas: list[RunningUpstream]
+) -> None:
+    gateway = serve_two_replicas(caching, replicas, "prefix-affinity")
+    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=team.key, max_retries=0)
+    try:
+        for i in range(35):  # no cache key, no breakpoint: a system prompt and a question
+            messages = [
+                {"role": "system", "content": HANDBOOKS[i % len(HANDBOOKS)]},
+                {"role": "user", "content": f"question {i}"},
+            ]
+            client.chat.completions.create(model="llama", messages=messages, max_tokens=4)  # type: ignore[arg-type]
+    finally:
+        client.close()
+        gateway.stop()
+
+    homes: dict[int, set[int]] = {n: set() for n in range(len(HANDBOOKS))}
+    for index, replica in enumerate(replicas[:2]):
+        for request in replica.requests():
+            system = request["body"]["messages"][0]["content"]
+            homes[HANDBOOKS.index(system)].add(index)
+    assert all(len(home) == 1 for home in homes.values()), homes  # round robin would split each
+    assert sum(len(replica.requests()) for replica in replicas[:2]) == 35
+
+
+def test_a_conversation_follows_its_replica_and_moves_when_that_one_fails(
+    caching: CachingStack, team: TeamKey, replicas: list[RunningUpstream]
+) -> None:
+    gateway = serve_two_replicas(caching, replicas, "conversation-affinity")
+    client = anthropic.Anthropic(base_url=gateway.base_url, api_key=team.key, max_retries=0)
+
+    def turn(user: str, number: int) -> None:
+        client.messages.create(  # short, unrelated prompts: only the session ties them together
+            model="llama",
+            max_tokens=4,
+            messages=[{"role": "user", "content": f"{user} turn {number}"}],
+            metadata={"user_id": user},
+        )
+
+    try:
+        for number in range(4):  # two of alice's turns to one of bob's: taken in turn, both would split
+            turn("alice", 2 * number)
+            turn("alice", 2 * number + 1)
+            turn("bob", number)
+        [alice_home] = set(replica_of(replicas, "alice turn"))
+        assert len(set(replica_of(replicas, "bob turn"))) == 1
+        assert len(replica_of(replicas, "alice turn")) == 8
+
+        replicas[alice_home].set_behaviour(fail_rate=1.0, fail_status=503)
+        for number in range(8, 12):
+            turn("alice", number)  # the first is retried at the other replica; the rest go there
+        replicas[alice_home].set_behaviour()
+        for number in range(12, 16):
+            turn("alice", number)  # the conversation stays where it was served last
+    finally:
+        client.close()
+        gateway.stop()
+
+    other = 1 - alice_home
+    assert replica_of(replicas, "alice turn").count(other) == 8
+    failed_there = [
+        request
+        for request in replicas[alice_home].requests()
+        if "alice turn" in str(request["body"]["messages"][-1]["content"])
+    ]
+    assert len(failed_there) == 9  # the 8 served there, and the one it failed
