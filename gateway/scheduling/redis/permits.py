@@ -13,7 +13,8 @@ decrement, sent in the background by one task.
 A permit freed by another process wakes this process's gates at once: the release script
 publishes on the replica's channel when another process waits there (scripts.py), and one
 subscription per process (`_listen`) calls the gates registered with `watch`. A gate's poll
-(`poll_s`) is then only a safety bound, for a message lost or a dead process's lease running out;
+(`poll_s`) is then only a safety bound, for a message lost or a dead process's lease running out
+unnoticed;
 while the subscription is down (Redis away, not yet subscribed) it is short again. Once the
 subscription is back every gate is woken, since what was published meanwhile is lost.
 
@@ -154,6 +155,7 @@ class RedisPermits:
             caps.max_tokens_in_flight or 0,
             waiting,
             self._lease_ms,
+            self._channel_of(replica),
         )
         holding.outstanding += 1
         holding.asked = True

@@ -5,9 +5,10 @@ Every script takes one replica's four keys, which share a hash tag (one slot): `
 process -> lease expiry, ms of Redis's own clock). A field is removed rather than left at zero, so
 the hashes list only the processes that hold or want something. Replies are integers.
 
-Release and restate, which give room back, PUBLISH the releasing process's name on the replica's
-channel (`permits.replica_channel`, passed in ARGV) when another process waits there, so that its
-gates ask again at once instead of at their next poll. Plain PUBLISH, not SPUBLISH: redis-py's
+The scripts that give room back (a release, a restatement below what Redis had, an acquire that
+drops a dead process's permits) PUBLISH the calling process's name on the replica's channel
+(`permits.replica_channel`, passed in ARGV) when another process waits there, so that its gates
+ask again at once instead of at their next poll. Plain PUBLISH, not SPUBLISH: redis-py's
 asyncio Cluster client reads sharded channels by polling each node's connection in turn, which
 would bring the poll back; a plain channel is read on one connection, on any node.
 """
@@ -21,11 +22,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- A process whose lease ran out (killed, or cut off from Redis) gives back all it held and wanted.
+-- True if one did.
 local function drop_expired(now)
   local gone = redis.call('ZRANGEBYSCORE', lease_key, '-inf', now)
-  if #gone == 0 then return end
+  if #gone == 0 then return false end
   for _, key in ipairs({held_key, tokens_key, want_key}) do redis.call('HDEL', key, unpack(gone)) end
   redis.call('ZREMRANGEBYSCORE', lease_key, '-inf', now)
+  return true
 end
 local function counts(key)
   local flat, by = redis.call('HGETALL', key), {}
@@ -55,7 +58,8 @@ end
 """
 
 # ARGV: process, tokens, max_concurrency (0: none), max_tokens_in_flight (0: none), requests this
-# process has waiting (counting the one asking), lease (ms). Reply: 1 granted, 0 refused.
+# process has waiting (counting the one asking), lease (ms), channel. Reply: 1 granted, 0 refused.
+# The permits of a dead process it drops are published, as a release is.
 #
 # The share rule splits max_concurrency by demand (held + waiting) between the processes that want
 # it: a share is floor(cap * demand / all demand), at least one permit. A process at or above its
@@ -83,7 +87,7 @@ local function beyond_share(held, wants, free)
   return free <= owed
 end
 local now = now_ms()
-drop_expired(now)
+local dropped = drop_expired(now)
 local held, wants = counts(held_key), counts(want_key)
 local in_flight, tokens = total(held), total(counts(tokens_key))
 local granted = 1
@@ -100,6 +104,7 @@ if granted == 1 then
 end
 put(want_key, process, waiting - granted)  -- a granted request no longer waits
 renew(process, now, lease_ms)
+if dropped then freed(process, ARGV[7]) end
 return granted
 """
 )

@@ -26,7 +26,7 @@ from gateway.scheduling.gate import Grant, ReplicaGate
 from gateway.scheduling.permits import Caps
 from gateway.scheduling.redis.permits import UNHEARD_POLL_S, RedisPermits, replica_keys
 from gateway.scheduling.ticket import Ticket
-from tests.integration.scheduling.conftest import REDIS_URL, Processes, RedisLink
+from tests.integration.scheduling.conftest import REDIS_URL, Processes, RedisLink, kill
 from tests.integration.scheduling.test_redis_permits import DEADLINE_S, REPLICA, eventually
 from tests.support.children import die_with_parent
 
@@ -58,6 +58,25 @@ async def test_a_release_in_one_process_wakes_a_gate_waiting_in_another(
     assert await eventually(lambda: wants(admin, "waiter"))
 
     holder.release(REPLICA, 1)
+
+    grant = await asyncio.wait_for(entering, DEADLINE_S)  # not the hour's poll
+    grant.release()
+
+
+async def test_a_dead_processs_permits_dropped_by_one_process_wake_a_gate_in_another(
+    process: Processes, admin: Redis
+) -> None:
+    caps = Caps(max_concurrency=2)
+    dead, waiter, asker = process("dead", lease_s=1.0), process("waiter", poll_s=AN_HOUR), process("asker")
+    assert [await dead.acquire(REPLICA, 1, caps, 0) for _ in range(2)] == [True, True]
+    kill(dead)
+    gate = ReplicaGate("vllm", REPLICA, caps, waiter, batch_share=0.1)
+    entering = asyncio.create_task(gate.enter(TICKET, timeout_s=AN_HOUR, queue_full=lambda: False))
+    await asyncio.wait_for(waiter.listening.wait(), DEADLINE_S)
+    assert await eventually(lambda: wants(admin, "waiter"))
+    await asyncio.sleep(1.5)  # the dead process's lease runs out; nothing has looked yet
+
+    assert await asker.acquire(REPLICA, 1, caps, 0)  # drops what the dead process held
 
     grant = await asyncio.wait_for(entering, DEADLINE_S)  # not the hour's poll
     grant.release()
