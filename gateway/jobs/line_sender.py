@@ -4,8 +4,9 @@ goes out, its request through the jobs' proxy, and what came of it.
 A line either has an outcome to store (it succeeded, the request itself was refused, or its budget
 is spent), or the job must wait (the pinned deployment is at fault: a pause; a rate window is full:
 pacing), or the send broke (an error the gateway did not expect; the runner counts it against the
-line). Each line carries a cache key, so that the scheduler's replica affinity keeps the lines
-sharing a prompt prefix on one replica. With telemetry on, each line's span is a child in its job's
+line). A line that shares a prompt prefix with others carries a cache key, so that the
+scheduler's replica affinity keeps those lines on one replica (a line sharing nothing is placed by
+its own leading blocks). With telemetry on, each line's span is a child in its job's
 trace (`gateway.telemetry.recorder.job_context`).
 """
 
@@ -42,6 +43,7 @@ from gateway.proxy.request import ParsedRequest, parse_request
 from gateway.proxy.service import ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
 from gateway.routing.directives import Directives, Priority
+from gateway.schemas.openai import ChatCompletionRequest
 
 # The status and code of a run whose process died (or lost the job) before it stored anything:
 # its record is an estimate, as for a client that left (499).
@@ -98,12 +100,23 @@ def pacing_s(exc: RateLimited) -> float | None:
 def line_cache_key(team_id: str, parsed: ParsedRequest, prefix_key: str) -> str | None:
     """The cache key a line's directives carry: its prefix key within its team (two teams never
     share a key, as keys derived from breakpoints do not), unless the body brings its own (a
-    `prompt_cache_key`, or `cache_control` breakpoints), which the proxy then reads instead."""
+    `prompt_cache_key`, or `cache_control` breakpoints), which the proxy then reads instead, or
+    shares nothing with its neighbours (a lone user message, no tools): one key for all such lines
+    would crowd them onto one replica, where their own leading blocks spread them."""
     if parsed.prompt_cache_key is not None:
         return None
-    if parsed.chat is not None and derive_cache_key(team_id, parsed.chat) is not None:
+    chat = parsed.chat
+    if chat is not None and (derive_cache_key(team_id, chat) is not None or _shares_nothing(chat)):
         return None
     return hashlib.sha256(f"{team_id}\x00{prefix_key}".encode()).hexdigest()[:32]
+
+
+def _shares_nothing(chat: ChatCompletionRequest) -> bool:
+    """No tools and nothing before the last user message (the part `input_lines.prefix_key` names)."""
+    last_user = next(
+        (i for i in reversed(range(len(chat.messages))) if chat.messages[i].role == "user"), None
+    )
+    return not chat.tools and last_user == 0
 
 
 def estimated_prompt(body: str, max_messages: int, endpoint: Endpoint = Endpoint.CHAT) -> int:

@@ -23,8 +23,9 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.jobs.input_lines import prefix_key
-from gateway.jobs.ledger import line_request_id
+from gateway.jobs.ledger import PendingLine, line_request_id
 from gateway.jobs.line_sender import (
+    LineSender,
     LineUsage,
     estimated_prompt,
     line_cache_key,
@@ -32,9 +33,17 @@ from gateway.jobs.line_sender import (
     pause_reason,
     refuses_line,
 )
+from gateway.limits import Reservations
 from gateway.metering.events import UsageEvent
 from gateway.providers.base import Endpoint
 from gateway.proxy.request import parse_request
+from gateway.proxy.service import ProxyService
+from gateway.routing.directives import Directives, Priority
+from gateway.routing.health import HealthBoard
+from gateway.routing.pins import MemoryPinStore
+from gateway.scheduling.ticket import Ticket
+from gateway.settings import CircuitSettings, RetrySettings
+from tests.unit.routing.catalog import TABLE, principal
 
 
 @pytest.mark.parametrize(
@@ -127,3 +136,31 @@ def test_a_lost_runs_prompt_is_estimated_from_its_text_or_from_its_bytes() -> No
     text = json.dumps(body("x" * 400, "y" * 400))
     assert 200 <= estimated_prompt(text, max_messages=100) < 250
     assert estimated_prompt("[" * 10_000, max_messages=100) == 2_500  # unreadable: its bytes / 4
+
+
+def test_a_lone_user_message_gets_no_key_of_its_own() -> None:
+    lone = {"model": "m", "messages": [{"role": "user", "content": "question 1"}]}
+    assert cache_key_of(lone) is None  # one key for every such line would crowd them on one replica
+    assert cache_key_of({**lone, "tools": [{"type": "function", "function": {"name": "f"}}]}) is not None
+
+
+HANDBOOK = "Extract every field of the invoice. " * 120
+
+
+def line_ticket(line_body: dict[str, Any], team: str = "team-1") -> Ticket:
+    """The ticket a line's send asks the scheduler for, built as `LineSender` builds it."""
+    health = HealthBoard([d.id for d in TABLE.all()], CircuitSettings())
+    proxy = ProxyService(TABLE, MemoryPinStore(3600), health, None, LineUsage(), RetrySettings())  # type: ignore[arg-type]
+    sender = LineSender(proxy, LineUsage(), Reservations(TABLE, 4096), None, 100)  # type: ignore[arg-type]
+    line = PendingLine(1, json.dumps(line_body), prefix_key(line_body))
+    ctx = sender._context("batch_1-1-1", line, principal(team), Directives(batch="batch_1"))
+    return ctx.ticket
+
+
+def test_a_lines_ticket_names_its_shared_prefix_within_its_team() -> None:
+    first, second = line_ticket(body(HANDBOOK, "question 1")), line_ticket(body(HANDBOOK, "question 2"))
+    assert first.priority is Priority.BATCH
+    assert first.prefix is not None and first.prefix == second.prefix
+    assert abs(first.prefix_tokens - len(HANDBOOK) / 4) < 8
+    assert first.replica is None  # a batch follows its pin, never a conversation
+    assert line_ticket(body(HANDBOOK, "question 1"), "team-2").prefix != first.prefix
