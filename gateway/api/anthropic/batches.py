@@ -26,12 +26,12 @@ from litestar.params import FromPath
 
 from gateway.api.admin.body import decode_body
 from gateway.api.anthropic.messages import API_KEY_HEADER, HEADERS
-from gateway.api.front.error_replies import AnthropicError
 from gateway.api.openapi import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency, provide_messages_principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
+from gateway.dialects.messages.errors import error_envelope
 from gateway.errors import Conflict, ErrorBody, ErrorDetail, InvalidRequest
 from gateway.jobs import ledger
 from gateway.jobs import repository as batches
@@ -241,28 +241,31 @@ def _outcome(job: BatchJob, line: LineRecord) -> MessageBatchOutcome:
     if line.state == ledger.SUCCEEDED and line.response is not None:
         return MessageBatchOutcome("succeeded", message=msgspec.Raw(line.response.encode()))
     if line.state == ledger.FAILED:
-        return MessageBatchOutcome("errored", error=_error_envelope(line.response))
+        return MessageBatchOutcome("errored", error=_refusal(line))
     if job.status == "cancelled":
         return MessageBatchOutcome("canceled")
     if job.status == "expired":
         return MessageBatchOutcome("expired")
     # the job failed while it ran: its key was revoked or expired, its team deleted, its budget spent
     stopped: dict[str, Any] = (job.errors or [{}])[0]
+    code = stopped.get("code")
     detail = ErrorDetail(
         message=str(stopped.get("message") or "The batch stopped before this request ran."),
         type="api_error",
-        code=stopped.get("code"),
+        code=code,
     )
-    return MessageBatchOutcome("errored", error=msgspec.Raw(_ENCODER.encode(AnthropicError(detail))))
+    status = 402 if code == "insufficient_quota" else 401  # Anthropic's billing and key errors
+    return MessageBatchOutcome("errored", error=msgspec.Raw(error_envelope(detail, status)))
 
 
-def _error_envelope(stored: str | None) -> msgspec.Raw:
-    """A failed line's error (stored as the gateway's error object) in Anthropic's envelope."""
+def _refusal(line: LineRecord) -> msgspec.Raw:
+    """A failed line's error (stored as the gateway's error object, with the status it was
+    answered with) in Anthropic's envelope, typed by that status as Anthropic types its errors."""
     try:
-        detail = msgspec.json.decode(stored or "", type=ErrorBody).error
+        detail = msgspec.json.decode(line.response or "", type=ErrorBody).error
     except msgspec.DecodeError:
         detail = ErrorDetail(message="The request failed.", type="api_error")
-    return msgspec.Raw(_ENCODER.encode(AnthropicError(detail)))
+    return msgspec.Raw(error_envelope(detail, line.status_code or 500))
 
 
 MESSAGE_BATCH_HANDLERS = [

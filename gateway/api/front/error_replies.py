@@ -24,7 +24,6 @@ from gateway.auth.principal import Principal
 from gateway.db.session import database_error
 from gateway.dialects.messages.errors import error_envelope
 from gateway.errors import ErrorBody, ErrorDetail, GatewayError
-from gateway.schemas.anthropic import ErrorEnvelope
 
 log = structlog.get_logger("gateway.app")
 
@@ -77,9 +76,6 @@ def log_refusal(asker: Asker, status: int, detail: ErrorDetail) -> None:
         key_id=principal.key_id if principal is not None else None,
         key=principal.key_prefix if principal is not None else None,
     )
-
-
-AnthropicError = ErrorEnvelope  # the envelope itself, as a message batch's errored result holds it
 
 
 def is_messages_path(path: str) -> bool:

@@ -106,7 +106,7 @@ def test_a_line_never_run_is_expired_or_errored_with_why_its_job_stopped() -> No
         "error": {
             "type": "error",
             "error": {
-                "type": "api_error",
+                "type": "authentication_error",
                 "message": "The key was revoked.",
                 "param": None,
                 "code": "api_key_revoked",
