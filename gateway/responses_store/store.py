@@ -7,13 +7,20 @@ it; with Redis a copy is shared for a few minutes (`share`, one SET, awaited whi
 completes), so that a follow-up at another process finds it too. The writer task moves what is
 kept into stored_responses in batches, one transaction each, as soon as there is something to
 write; the database is what every process reads once the copy is gone. A read is always of one
-team's Responses: the cache, the Redis key and the table are all keyed by team and id.
+team's Responses: the cache, the Redis keys and the table are all keyed by team and id.
+
+A delete at one process must hold at the others, whose caches and unwritten batches may still
+hold the Response: with Redis it leaves a tombstone, which every read checks (in the round trip
+that reads the copy) and every writer checks after its commit, deleting what it wrote meanwhile.
+The cache answers only for LOCAL_TTL_S after a keep (and while unwritten): without Redis, a
+delete at another process holds here after that at most.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,7 +41,8 @@ from gateway.redis.client import RedisClient
 log = structlog.get_logger("gateway.responses_store")
 
 CACHE_BYTES = 64 * 1024 * 1024  # the recent Responses kept in memory, JSON bytes
-SHARED_TTL_S = 600  # the Redis copy: far past the writer's lag, short enough to keep Redis small
+SHARED_TTL_S = 600  # the Redis copy and tombstone: far past the writer's lag and LOCAL_TTL_S
+LOCAL_TTL_S = 60.0  # the cache answers this long after a keep; the copy and database after that
 WRITE_BATCH = 200  # Responses per transaction
 MAX_PENDING = 10_000  # kept, not yet written: past this (a database down for long) the oldest go
 WRITE_RETRY_S = 1.0
@@ -63,7 +71,12 @@ class StoredRecord:
 
 
 def shared_key(team_id: str, response_id: str) -> str:
-    return f"gateway:stored-response:{team_id}:{response_id}"
+    # a hash tag: the copy and the tombstone in one slot, read together on a cluster too
+    return f"gateway:stored-response:{{{team_id}:{response_id}}}"
+
+
+def tombstone_key(team_id: str, response_id: str) -> str:
+    return f"gateway:stored-response-deleted:{{{team_id}:{response_id}}}"
 
 
 def _row(record: StoredRecord) -> dict[str, object]:
@@ -106,9 +119,10 @@ class ResponseStore:
         self._sessions = sessions  # the primary's: a row is read as soon as it is written
         self._redis = redis
         self.retention_s = retention_days * 86_400
-        self._cache: OrderedDict[tuple[str, str], StoredRecord] = OrderedDict()
+        # (record, when it was kept: time.monotonic()), oldest first
+        self._cache: OrderedDict[tuple[str, str], tuple[StoredRecord, float]] = OrderedDict()
         self._cache_bytes, self._cache_limit = 0, cache_bytes
-        self._pending: list[StoredRecord] = []
+        self._pending: dict[tuple[str, str], StoredRecord] = {}  # kept, not yet written, oldest first
         self._wake = asyncio.Event()
         self._stopping = False
         self._now = clock
@@ -119,10 +133,11 @@ class ResponseStore:
         """Keep `record`: readable here at once, written to the database by the writer task."""
         if len(record.response_id) > table.MAX_RESPONSE_ID:
             return  # no real id is this long; its follow-ups are refused as unknown
-        self._remember(record)
-        self._pending.append(record)
+        key = (record.team_id, record.response_id)
+        self._remember(key, record)
+        self._pending[key] = record
         if len(self._pending) > MAX_PENDING:  # the database has been down for a long while
-            lost = self._pending.pop(0)
+            lost = self._pending.pop(next(iter(self._pending)))
             log.warning("stored_response_dropped", team=lost.team_id, reason="write backlog full")
         self._wake.set()
 
@@ -139,32 +154,46 @@ class ResponseStore:
         except (RedisError, OSError) as exc:  # other processes read it from the database once written
             log.warning("stored_response_not_shared", error=type(exc).__name__)
 
-    def _remember(self, record: StoredRecord) -> None:
-        key = (record.team_id, record.response_id)
-        old = self._cache.pop(key, None)
-        if old is not None:
-            self._cache_bytes -= old.size
-        self._cache[key] = record
+    def _remember(self, key: tuple[str, str], record: StoredRecord) -> None:
+        self._drop_cached(key)
+        self._cache[key] = (record, time.monotonic())
         self._cache_bytes += record.size
         while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
-            _, evicted = self._cache.popitem(last=False)
+            _, (evicted, _kept_at) = self._cache.popitem(last=False)
             self._cache_bytes -= evicted.size
 
-    def _forget(self, team_id: str, response_id: str) -> bool:
-        found = self._cache.pop((team_id, response_id), None)
+    def _drop_cached(self, key: tuple[str, str]) -> bool:
+        found = self._cache.pop(key, None)
         if found is not None:
-            self._cache_bytes -= found.size
-        kept = len(self._pending)
-        self._pending = [r for r in self._pending if (r.team_id, r.response_id) != (team_id, response_id)]
-        return found is not None or len(self._pending) != kept
+            self._cache_bytes -= found[0].size
+        return found is not None
+
+    def _forget(self, key: tuple[str, str]) -> bool:
+        cached = self._drop_cached(key)
+        return self._pending.pop(key, None) is not None or cached
+
+    def _cached(self, key: tuple[str, str]) -> StoredRecord | None:
+        """The cache's copy while it may answer: unwritten, or kept within LOCAL_TTL_S."""
+        found = self._cache.get(key)
+        if found is None:
+            return None
+        record, kept_at = found
+        if key in self._pending or time.monotonic() - kept_at < LOCAL_TTL_S:
+            return record
+        return None
 
     # --- reading ----------------------------------------------------------------------------
 
     async def get(self, team_id: str, response_id: str) -> StoredRecord | None:
-        """The team's stored Response, or None (another team's, a purged one, or none)."""
-        record = self._cache.get((team_id, response_id))
-        if record is None:
-            record = await self._shared(team_id, response_id)
+        """The team's stored Response, or None (another team's, a deleted or purged one, or none)."""
+        key = (team_id, response_id)
+        record = self._cached(key)
+        if self._redis is not None:
+            shared, deleted = await self._shared(team_id, response_id)
+            if deleted:  # at another process: what this one holds goes too
+                self._forget(key)
+                return None
+            record = record or shared
         if record is None:
             try:
                 async with self._sessions() as session:
@@ -190,25 +219,29 @@ class ResponseStore:
         chain.reverse()
         return chain
 
-    async def _shared(self, team_id: str, response_id: str) -> StoredRecord | None:
-        if self._redis is None:
-            return None
+    async def _shared(self, team_id: str, response_id: str) -> tuple[StoredRecord | None, bool]:
+        """The Redis copy, and whether the Response was deleted, in one round trip."""
+        assert self._redis is not None
         try:
-            value = await self._redis.get(shared_key(team_id, response_id))
+            value, deleted = await self._redis.mget(
+                shared_key(team_id, response_id), tombstone_key(team_id, response_id)
+            )
         except (RedisError, OSError) as exc:  # the database has every written Response
             log.debug("stored_response_unread", error=type(exc).__name__)
-            return None
+            return None, False
         if value is None:
-            return None
-        return msgspec.msgpack.decode(value.encode() if isinstance(value, str) else value, type=StoredRecord)
+            return None, deleted is not None
+        copy = msgspec.msgpack.decode(value.encode() if isinstance(value, str) else value, type=StoredRecord)
+        return copy, deleted is not None
 
     # --- deleting ---------------------------------------------------------------------------
 
     async def delete(self, team_id: str, response_id: str) -> bool:
         """Delete the team's stored Response everywhere it is kept; whether it existed."""
-        found = self._forget(team_id, response_id)
+        found = self._forget((team_id, response_id))
         if self._redis is not None:
-            try:
+            try:  # the tombstone first: a process reading or writing it from now on drops it
+                await self._redis.set(tombstone_key(team_id, response_id), b"1", ex=SHARED_TTL_S)
                 found = bool(await self._redis.delete(shared_key(team_id, response_id))) or found
             except (RedisError, OSError) as exc:
                 raise ServiceUnavailable(
@@ -240,10 +273,11 @@ class ResponseStore:
     async def flush(self) -> None:
         """Write everything kept and not yet written; on a database error, retry a moment later."""
         while self._pending:
-            batch = self._pending[:WRITE_BATCH]
+            batch = list(itertools.islice(self._pending.values(), WRITE_BATCH))
             try:
                 async with self._sessions.begin() as session:
                     await table.insert_stored(session, [_row(record) for record in batch])
+                await self._drop_deleted(batch)
             except (SQLAlchemyError, OSError) as exc:
                 log.warning(
                     "stored_responses_unwritten", error=type(exc).__name__, pending=len(self._pending)
@@ -252,8 +286,28 @@ class ResponseStore:
                     return
                 await asyncio.sleep(WRITE_RETRY_S)
                 continue
-            written = {id(record) for record in batch}  # a delete meanwhile may have taken some
-            self._pending = [r for r in self._pending if id(r) not in written]
+            for record in batch:  # a delete meanwhile may have taken some already
+                key = (record.team_id, record.response_id)
+                if self._pending.get(key) is record:
+                    del self._pending[key]
+
+    async def _drop_deleted(self, written: list[StoredRecord]) -> None:
+        """Delete again what another process deleted while this one was writing it: its delete,
+        after its tombstone, found no row yet; this check, after the commit, finds the tombstone."""
+        if self._redis is None:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for record in written:
+                    pipe.exists(tombstone_key(record.team_id, record.response_id))
+                deleted = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning("stored_responses_tombstones_unread", error=type(exc).__name__)
+            return
+        for record, gone in zip(written, deleted, strict=True):
+            if gone:
+                async with self._sessions.begin() as session:
+                    await table.delete_stored(session, record.team_id, record.response_id)
 
     async def stop(self, drain_timeout_s: float) -> None:
         """Stop the writer after writing what is kept (given up at the timeout)."""
@@ -268,8 +322,8 @@ class ResponseStore:
     async def purge(self) -> int:
         """Delete the Responses past the retention, a batch at a time; how many went."""
         cutoff = self._now() - self.retention_s
-        for key in [k for k, r in self._cache.items() if r.created_at < cutoff]:
-            self._forget(*key)
+        for key in [k for k, (r, _kept_at) in self._cache.items() if r.created_at < cutoff]:
+            self._drop_cached(key)
         before = datetime.fromtimestamp(cutoff, UTC)
         purged = 0
         while True:

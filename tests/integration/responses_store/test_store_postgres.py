@@ -169,3 +169,28 @@ async def test_with_redis_another_process_reads_it_before_it_is_written(
     assert await there.get("team_b", "resp_1") is None
     assert await there.delete("team_a", "resp_1") is True  # the copy goes too
     assert await a_store(engine, clock, private_redis.url(0)).get("team_a", "resp_1") is None
+
+
+async def test_with_redis_a_delete_elsewhere_holds_here_before_and_after_the_write(
+    engine: AsyncEngine, clock: Clock, private_redis: PrivateRedis
+) -> None:
+    here, there = a_store(engine, clock, private_redis.url(1)), a_store(engine, clock, private_redis.url(1))
+    for n in (1, 2):
+        kept = record("team_a", f"resp_{n}")
+        here.keep(kept)
+        await here.share(kept)
+    # resp_1 is deleted at another process before this one writes it: its delete finds no row
+    assert await there.delete("team_a", "resp_1") is True
+    assert await here.get("team_a", "resp_1") is None  # this process's cache and batch drop it
+    await here.flush()
+    async with session_factory(engine)() as session:
+        assert (await session.scalars(select(StoredResponse.response_id))).all() == ["resp_2"]
+
+    # resp_3 is deleted at the other process while this one still holds it unwritten, and not read
+    # here meanwhile: the writer's check after its commit finds the tombstone and deletes the row
+    # (the other's delete could not see it yet)
+    here.keep(record("team_a", "resp_3"))
+    await there.delete("team_a", "resp_3")
+    await here.flush()
+    async with session_factory(engine)() as session:
+        assert (await session.scalars(select(StoredResponse.response_id))).all() == ["resp_2"]
