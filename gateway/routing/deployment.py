@@ -58,6 +58,11 @@ class DeploymentTable:
             providers=frozenset(providers),
         )
 
+    @property
+    def models(self) -> list[str]:
+        """The models' names, in configured order (their aliases left out)."""
+        return [name for name in self.by_model if name not in self.aliases]
+
     def all(self) -> list[Deployment]:
         """Every deployment once (an alias adds none)."""
         return [

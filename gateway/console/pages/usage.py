@@ -66,7 +66,7 @@ async def usage_page(
         "usage",
         view=usage_view(rows, filters, names, shown_page),
         teams=names,
-        models=sorted(services.table.by_model),
+        models=sorted(services.table.models),  # as usage records name them: no alias
         groupings=GROUPINGS,
     )
 

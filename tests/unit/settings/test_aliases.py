@@ -52,6 +52,7 @@ def test_an_alias_is_the_model_itself_in_the_deployment_table(tmp_path: Path) ->
     assert table.by_model["gpt-5.6-luna"][0].model == "qwen"  # recorded under the model's name
     assert table.aliases == {"claude-sonnet-4-5": "qwen", "gpt-5.6-luna": "qwen"}
     assert sorted(d.id for d in table.all()) == ["local/embed-upstream", "local/qwen-upstream"]
+    assert table.models == ["qwen", "embed"]
 
 
 @pytest.mark.parametrize(
