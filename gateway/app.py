@@ -153,7 +153,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
         services.start_background()
         if on_started is not None:
             on_started()
-        log.info("gateway_started", models=len(services.table.by_model), redis=settings.redis_url is not None)
+        log.info("gateway_started", models=len(services.table.models), redis=settings.redis_url is not None)
         for deployment in unpriced_deployments(settings.catalog):
             log.warning("deployment_unpriced", deployment=deployment)
         if settings.admin_key is not None and not strong_admin_key(settings.admin_key):
