@@ -10,13 +10,12 @@ its own caller's waiting count and gets its own answer, and a gate asks for one 
 anyway. Releases never block: those of one replica made before the next round trip goes out are one
 decrement, sent in the background by one task.
 
-A permit freed by another process wakes this process's gates at once: the release script
-publishes on the replica's channel when another process waits there (scripts.py), and one
+A permit freed by another process wakes this process's gates at once: the scripts that give room
+back publish on the replica's channel when another process waits there (scripts.py), and one
 subscription per process (`_listen`) calls the gates registered with `watch`. A gate's poll
-(`poll_s`) is then only a safety bound, for a message lost or a dead process's lease running out
-unnoticed;
-while the subscription is down (Redis away, not yet subscribed) it is short again. Once the
-subscription is back every gate is woken, since what was published meanwhile is lost.
+(`poll_s`) is then only a safety bound, for a message lost or a lease that ran out unnoticed; while
+the subscription is down (Redis away, not yet subscribed) it is short again. Once the subscription
+is back every gate is woken, since what was published meanwhile is lost.
 
 This process keeps an exact count of what it holds at each replica. Every `lease_s / 3` it writes
 those counts to Redis as absolute values, which renews its lease and undoes any drift (a release
