@@ -265,3 +265,16 @@ def test_candidates_let_a_gate_pass_a_long_head_until_it_has_aged() -> None:
         queue.started(candidates[1].ticket)
     assert long.passes == 2 and long.aged  # now the gate waits for room for it
     assert queue.candidates()[0] is long
+
+
+def test_candidates_follow_the_class_order_and_stop_at_the_limit() -> None:
+    queue = FairQueue(batch_share=0.5)
+    for team in ("a", "b", "c"):
+        queue.push(waiter(team, 100, Priority.INTERACTIVE))
+        queue.push(waiter(team, 100, Priority.BATCH))
+    assert [c.priority for c in queue.candidates()] == [Priority.INTERACTIVE] * 3 + [Priority.BATCH] * 3
+    interactive = queue.peek()
+    assert interactive is not None and queue.take(interactive)  # batch is owed the next dispatch
+    assert [c.priority for c in queue.candidates()] == [Priority.BATCH] * 3 + [Priority.INTERACTIVE] * 2
+    assert len(queue.candidates(limit=2)) == 2
+    assert queue.candidates()[0] is queue.peek()
