@@ -12,6 +12,7 @@ import os
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from gateway.redis.group_commit import PipelineBatcher
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
 from gateway.scheduling.permits import Caps
-from gateway.scheduling.redis.permits import UNHEARD_POLL_S, RedisPermits, replica_keys
+from gateway.scheduling.redis.permits import UNHEARD_POLL_S, RedisPermits, replica_channel, replica_keys
 from gateway.scheduling.ticket import Ticket
 from tests.integration.scheduling.conftest import REDIS_URL, Processes, RedisLink, kill
 from tests.integration.scheduling.test_redis_permits import DEADLINE_S, REPLICA, eventually
@@ -82,19 +83,25 @@ async def test_a_dead_processs_permits_dropped_by_one_process_wake_a_gate_in_ano
     grant.release()
 
 
-async def test_a_release_nobody_else_waits_for_is_not_published(process: Processes, admin: Redis) -> None:
-    bank = process("alone")
-    async with admin.pubsub() as pubsub:
-        await pubsub.psubscribe("gw:cap:*")
-        assert await bank.acquire(REPLICA, 1, CAPS, 0)
-        bank.release(REPLICA, 1)
-        assert await eventually(lambda: _no_permits(bank))
-        messages = [m async for m in _drain(pubsub)]
-    assert [m["type"] for m in messages] == ["psubscribe"]
+async def test_a_release_is_published_only_while_another_process_waits(process: Processes) -> None:
+    replica = f"http://{uuid.uuid4().hex}:8000/v1"  # channels are the server's, not the db's
+    alone, other = process("alone"), process("other")
+    async with Redis.from_url(REDIS_URL) as client, client.pubsub(ignore_subscribe_messages=True) as pubsub:
+        await pubsub.subscribe(replica_channel(replica))
+        assert await alone.acquire(replica, 1, CAPS, 0)
+        alone.release(replica, 1)
+        assert await eventually(lambda: _no_permits(alone, replica))
+        assert [m async for m in _drain(pubsub)] == []  # nobody else waited: nothing sent
+
+        assert await alone.acquire(replica, 1, CAPS, 0)
+        assert not await other.acquire(replica, 1, CAPS, 1)  # now another process waits
+        alone.release(replica, 1)
+        assert await eventually(lambda: _no_permits(alone, replica))
+        assert [m["data"] async for m in _drain(pubsub)] == [b"alone"]
 
 
-async def _no_permits(bank: RedisPermits) -> bool:
-    return (await bank.totals(REPLICA)).in_flight == 0
+async def _no_permits(bank: RedisPermits, replica: str) -> bool:
+    return (await bank.totals(replica)).in_flight == 0
 
 
 async def _drain(pubsub: PubSub) -> AsyncIterator[dict[str, Any]]:
