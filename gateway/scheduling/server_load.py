@@ -4,7 +4,9 @@ on top of the static caps.
 
 When the server says how large its KV cache is (`vllm:cache_config_info`), the learned capacity
 (`gateway.scheduling.capacity`) decides: fill toward `kv_cache_high` of it, back off when the
-server preempts. Otherwise the rule, from the last good read (W requests waiting, R running,
+server preempts; and what the server holds (W + R + N) stays below 2 * max(R, 4) +
+target_waiting + 1, at most doubling per read, so that a server whose sequence limit is not known
+yet is not flooded between two reads. Otherwise the rule, from the last good read (W requests waiting, R running,
 KV-cache usage K) and the requests this process sent the replica (`dispatched_since`) and saw end
 (`completed_since`) since that read, with H = kv_cache_high - GROWTH_ROOM (a usage measured now
 must leave the running sequences room to grow, where the learned capacity predicts their peak):
@@ -204,10 +206,15 @@ class ServerLoad:
         reading = self.fresh_reading()
         if reading is None:
             return True
-        if self.capacity.kv_tokens is not None:
-            return self.capacity.admits(ticket or UNSCHEDULED, self.in_flight, share)
         settings = self._settings
         net = self.dispatched_since - self.completed_since
+        if self.capacity.kv_tokens is not None:
+            # The server's size bounds what it may hold, not how fast it takes it: what it holds
+            # (running and waiting) at most doubles per read, so a server held by a max_num_seqs
+            # not known yet is not flooded between two reads
+            at_server = reading.running + reading.waiting + net
+            ramp = 2 * max(reading.running, MIN_BURST) + settings.target_waiting + 1
+            return at_server < ramp and self.capacity.admits(ticket or UNSCHEDULED, self.in_flight, share)
         kv_high = reading.kv_usage is not None and reading.kv_usage >= settings.kv_cache_high - GROWTH_ROOM
         if reading.waiting > 0 or kv_high:
             return reading.waiting + net < settings.target_waiting
