@@ -21,6 +21,7 @@ from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema, open
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency
 from gateway.errors import InvalidRequest, UnknownResponse
+from gateway.limits import Reservation
 from gateway.providers.base import Endpoint
 from gateway.proxy.prompt_text import prompt_size
 from gateway.proxy.request import parse_request
@@ -129,16 +130,20 @@ async def count_input_tokens(
     request: Request, services: ServicesDependency, principal: PrincipalDependency
 ) -> Response[bytes]:
     """The tokens the request's input would take (with the conversation a previous_response_id
-    continues): the gateway's estimate, said in `x-gateway-token-count`."""
+    continues): the gateway's estimate, said in `x-gateway-token-count`. Nothing goes upstream:
+    the estimate serves every provider alike, and costs no upstream call."""
     raw, model_given = _with_model(await request.body())
     parsed = parse_request(raw, Endpoint.RESPONSES, services.settings.catalog.limits.max_messages)
     if model_given:  # one the key may use, as when the request is sent
         directives = parse_directives(request.headers, parsed.gateway_object)
         eligible_deployments(parsed.model, directives, principal, services.table)
+    # a request like any other for the key's and team's rate limits (it reserves no tokens)
+    admission = await services.limiter.admit(principal, Reservation())
     body = await services.responses.conversation(principal.team_id, parsed.body)
     typed = msgspec.convert(body, ResponsesRequest)
     count = InputTokens(input_tokens=prompt_size(typed).tokens)
     headers = {"x-request-id": request.state.request_id, "x-gateway-token-count": "estimated"}
+    headers |= admission.headers
     return Response(msgspec.json.encode(count), media_type=JSON, headers=headers)
 
 
