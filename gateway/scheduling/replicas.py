@@ -10,10 +10,12 @@ order, which is where that key's overflow always goes.
 Without a key, from the prompt's own leading blocks (`gateway.routing.prefix`, llm-d's prefix
 scorer): among the replicas within the bound, the one that was recently sent the longest run of
 this prompt's leading blocks, counted only when it covers at least half of the prompt's shared part
-(a common opening of a few hundred tokens does not pull every prompt onto one replica). Ties, and a
-prefix no replica holds yet, go by the rendezvous order of the prompt's shared part: every process
-places a new shared prompt on the same replica without asking the others, and its overflow goes
-where that key's would. A prompt shorter than a block goes to the least-loaded replica.
+(a common opening of a few hundred tokens does not pull every prompt onto one replica); ties go by
+the rendezvous order of the prompt's shared part. A prefix no replica holds yet goes to the less
+loaded of the first two replicas in that order (the power of two choices): every process places a
+new shared prompt on one of the same two replicas without asking the others, and the prefixes
+spread by load where hashing alone leaves some replicas with more of them. A prompt shorter than a
+block goes to the least-loaded replica.
 
 The index is per process and approximate: it records where requests were sent, not what the
 server still caches, and forgets the least recently sent blocks past its size. A process that has
@@ -67,12 +69,16 @@ def choose_replica(
     if key is None:
         return min(within or range(count), key=lambda i: (loads[i], (i - rotation) % count))
     order = rendezvous_order(key, names)
-    if cache_key is None and prefix is not None and matched:
+    candidates = [i for i in order if i in within]
+    if cache_key is None and prefix is not None:
         held = max(1, math.ceil(prefix.shared_blocks / 2))
-        rank = {i: position for position, i in enumerate(order)}
-        best = max(within, key=lambda i: (matched[i] if matched[i] >= held else 0, -rank[i]), default=None)
-        return order[0] if best is None else best
-    return next((i for i in order if i in within), order[0])
+        holders = [i for i in candidates if matched and matched[i] >= held]
+        if holders:
+            return max(holders, key=lambda i: matched[i])  # the first in order among the longest
+        # A new prefix: the less loaded of its first two replicas (the power of two choices), so
+        # that prefixes spread by load as well as by hash; at most two places for any one prefix.
+        return min(candidates[:2], key=lambda i: loads[i], default=order[0])
+    return candidates[0] if candidates else order[0]
 
 
 class PrefixIndex:
