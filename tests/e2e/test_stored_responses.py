@@ -237,15 +237,18 @@ def test_an_agents_sdk_run_chains_by_previous_response_id(
         second = await Runner.run(
             agent, "And tomorrow?", run_config=config, previous_response_id=first.last_response_id
         )
+        # chaining from the first turn on, as `auto_previous_response_id` asks
+        third = await Runner.run(agent, "And in Rome?", run_config=config, auto_previous_response_id=True)
+        assert third.final_output
         await client.close()
         return first, second
 
     first, second = asyncio.run(run())
-    assert calls == ["Paris", "Paris"]  # one tool turn in each run
+    assert calls == ["Paris", "Paris", "Paris"]  # one tool turn in each run
     assert isinstance(first.final_output, str) and first.final_output
     assert second.final_output
     bodies = [r["body"] for r in upstream.requests()]
-    assert len(bodies) == 4  # each run: the tool call, then the answer to its output
+    assert len(bodies) == 6  # each run: the tool call, then the answer to its output
     # the answer turns were sent with previous_response_id and only the tool's output; the gateway
     # rebuilt the conversation: the question, the call, its output
     roles = [[m["role"] for m in body["messages"]] for body in bodies]
@@ -253,3 +256,4 @@ def test_an_agents_sdk_run_chains_by_previous_response_id(
     assert roles[2] == ["system", "user", "assistant", "tool", "assistant", "user"]
     assert roles[3] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
     assert bodies[3]["messages"][-1]["content"] == "Sunny in Paris."
+    assert [m["role"] for m in bodies[5]["messages"]] == ["system", "user", "assistant", "tool"]
