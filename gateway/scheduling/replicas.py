@@ -37,6 +37,10 @@ from gateway.routing.prefix import PromptPrefix
 # Leading-block digests remembered per provider: about 16 MB, some 40,000 prompts of 4k tokens
 # (far more than the replicas' prefix caches hold).
 INDEX_BLOCKS = 131_072
+# How long a replica whose request failed (a retryable error) is passed over: long enough for that
+# request's retry and the conversations there to move on, short enough that one transient error
+# does not send its keys' traffic, and their cache misses, elsewhere for long.
+FAILED_REPLICA_S = 5.0
 
 
 def choose_replica(

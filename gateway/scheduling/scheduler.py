@@ -21,7 +21,7 @@ import httpx
 from gateway.routing.directives import Priority
 from gateway.scheduling.gate import Grant, ReplicaGate
 from gateway.scheduling.permits import Caps, PermitBank
-from gateway.scheduling.replicas import PrefixIndex, choose_replica
+from gateway.scheduling.replicas import FAILED_REPLICA_S, PrefixIndex, choose_replica
 from gateway.scheduling.server_load import ServerLoad, metrics_url_for
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import Catalog, Provider, SchedulingSettings
@@ -154,7 +154,6 @@ class Scheduler:
         observe_wait: Callable[[str, str, float], None] = lambda provider, priority, s: None,
     ) -> None:
         self._settings = catalog.scheduling
-        self._cooldown_s = catalog.circuit.cooldown_s
         self.bank = bank  # None: caps hold per process
         self.providers = {
             p.name: ProviderQueue(p, catalog.scheduling, self.bank, observe_wait) for p in catalog.providers
@@ -168,8 +167,8 @@ class Scheduler:
 
     def replica_failed(self, provider: Provider, url: str) -> None:
         """An attempt at replica `url` failed with a retryable error: the provider's affinity passes
-        it over for a circuit cool-down, or until a request there succeeds."""
-        self.providers[provider.name].failed(url, self._cooldown_s)
+        it over for a few seconds (`FAILED_REPLICA_S`), or until a request there succeeds."""
+        self.providers[provider.name].failed(url, FAILED_REPLICA_S)
 
     def replica_succeeded(self, provider: Provider, url: str) -> None:
         self.providers[provider.name].succeeded(url)
