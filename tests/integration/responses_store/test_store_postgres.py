@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
-import msgspec
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,23 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.db.models import StoredResponse
 from gateway.db.session import session_factory
 from gateway.redis.client import redis_client
-from gateway.responses_store.store import ResponseStore, StoredRecord
+from gateway.responses_store.store import ResponseStore
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
 from tests.support.servers import PrivateRedis
+from tests.unit.responses_store.records import DAY, NOW, Clock, record
 
 pytestmark = pytest.mark.integration
 
 DATABASE = "gateway_test_stored_responses"
-DAY = 86_400.0
-NOW = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -51,25 +41,6 @@ def a_store(engine: AsyncEngine, clock: Clock, redis_url: str | None = None) -> 
     """A store as one gateway process has it (its own cache)."""
     redis = redis_client(redis_url) if redis_url else None
     return ResponseStore(session_factory(engine), redis, retention_days=30, clock=clock)
-
-
-def record(
-    team: str, response_id: str, *, created_at: float = NOW, previous: str | None = None
-) -> StoredRecord:
-    items = [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}], "id": "msg_1"}
-    ]
-    response = {"id": response_id, "object": "response", "output": [], "store": True}
-    return StoredRecord(
-        team_id=team,
-        response_id=response_id,
-        created_at=created_at,
-        model="llama",
-        previous_response_id=previous,
-        upstream_provider=None,
-        input_items=msgspec.json.encode(items),
-        response=msgspec.json.encode(response),
-    )
 
 
 async def rows(engine: AsyncEngine) -> int:
