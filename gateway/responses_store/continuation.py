@@ -92,10 +92,10 @@ class StoredResponses:
 
     async def prepare(self, provider: Provider, team_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The body to send `provider` for the client's `body`."""
+        if self._owners is not None and body.get("conversation") is not None:
+            await self._owners.check(provider, team_id, {"conversation": body["conversation"]})
         previous = body.get("previous_response_id")
         if not isinstance(previous, str):
-            if self._owners is not None:  # a conversation id: the ownership check's
-                await self._owners.check(provider, team_id, body)
             return body
         native = serves_responses_natively(provider)
         stored = await self.store.get(team_id, previous)

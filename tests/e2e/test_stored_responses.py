@@ -138,6 +138,9 @@ def test_a_native_upstream_is_passed_its_own_and_given_the_conversation_of_other
     client.responses.create(model="gpt", input="More.", previous_response_id=first.id)
     assert last_sent(upstream)["previous_response_id"] == first.id  # the upstream stores it
     assert last_sent(upstream)["input"] == "More."
+    with client.responses.stream(model="gpt", input="Count to three.") as stream:
+        streamed = stream.get_final_response()
+    assert client.responses.retrieve(streamed.id).output_text == streamed.output_text
 
     unpinned = stack.client(team.key)
     unpinned.responses.create(model="gpt-azure", input="More.", previous_response_id=first.id)
