@@ -19,8 +19,9 @@ waiting counts beyond this process's). The rest is learned at each read:
   upstream's prompt counts of the requests that ended, real over estimated tokens summed with a
   decay (a long prompt weighs more than a short one, whose estimate is mostly JSON), bounded.
 - **Preemptions.** When `vllm:num_preemptions_total` moves, the fill backs off at once (x0.9 per
-  read that saw it move, down to half) and sharing is no longer assumed; each read without one
-  gives back a little (+0.005), so the fill creeps back toward `kv_cache_high` over a few seconds.
+  read that saw it move while this process had requests there, down to half) and sharing is no
+  longer assumed; each read without one gives back a little (+0.01), so the fill creeps back toward
+  `kv_cache_high` over a second or more.
 - **A server held by its sequence limit** (`max_num_seqs`): requests wait there at five reads in a
   row with the same number running, while the KV cache has room (a server slowed by its prefill
   budget also leaves requests waiting, but its running count moves as they finish). That number is then the server's
@@ -39,7 +40,7 @@ from gateway.scheduling.ticket import Ticket
 
 BACKOFF = 0.9  # the fill's factor at each read that saw the preemption counter move
 MIN_FILL = 0.5
-RECOVER = 0.005  # given back to the fill at each read without a preemption
+RECOVER = 0.01  # given back to the fill at each read without a preemption
 SLOT_LIMIT_READS = 5  # reads in a row with requests waiting and the same number running
 SHARING_VOTES = 2  # reads in a row that must show sharing before a prefix counts once
 DECISIVE = 1.5  # the predictions must differ by this factor for a read to vote
@@ -129,7 +130,7 @@ class LearnedCapacity:
             self.block_size = reading.block_size or self.block_size
         if self.kv_tokens is None:
             return
-        self._count_preemptions(reading.preemptions)
+        self._count_preemptions(reading.preemptions, held)
         used = None if reading.kv_usage is None else reading.kv_usage * self.kv_tokens
         others = reading.running + reading.waiting - held.count
         self.others = max(0, math.ceil(others))
@@ -144,10 +145,12 @@ class LearnedCapacity:
         self.budget = self.kv_tokens * self.kv_cache_high * self.fill - self.foreign
         self._find_slot_limit(reading, held)
 
-    def _count_preemptions(self, counter: float | None) -> None:
+    def _count_preemptions(self, counter: float | None, held: InFlight) -> None:
         if counter is None:
             return
-        if self.preemptions is not None and counter > self.preemptions:
+        # Only preemptions among this process's requests move its fill: another client's flood on
+        # an idle replica says nothing about what this process sends
+        if self.preemptions is not None and counter > self.preemptions and held.count:
             self.fill = max(MIN_FILL, self.fill * BACKOFF)
             self.shares_prefix, self._sharing_votes = False, 0
         else:  # none since the last read (or the server restarted and its counter with it)
