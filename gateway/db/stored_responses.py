@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Table, delete, select, tuple_
+from sqlalchemy import Table, and_, delete, literal, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -37,6 +37,33 @@ async def stored_response(session: AsyncSession, team_id: str, response_id: str)
             StoredResponse.team_id == team_id, StoredResponse.response_id == response_id
         )
     )
+
+
+async def stored_chain(
+    session: AsyncSession, team_id: str, response_id: str, limit: int
+) -> list[StoredResponse]:
+    """The team's stored Response `response_id` and those it continues, newest first, as far back
+    as the rows go (at most `limit`): one recursive query, however long the conversation."""
+    if len(response_id) > MAX_RESPONSE_ID:
+        return []
+    start = (
+        select(_STORED.c.response_id, _STORED.c.previous_response_id, literal(0).label("depth"))
+        .where(_STORED.c.team_id == team_id, _STORED.c.response_id == response_id)
+        .cte("chain", recursive=True)
+    )
+    earlier = select(_STORED.c.response_id, _STORED.c.previous_response_id, start.c.depth + 1).join(
+        start,
+        and_(_STORED.c.team_id == team_id, _STORED.c.response_id == start.c.previous_response_id),
+    )
+    chain = start.union_all(earlier.where(start.c.depth < limit - 1))
+    rows = await session.scalars(
+        select(StoredResponse)
+        .join(
+            chain, and_(StoredResponse.team_id == team_id, StoredResponse.response_id == chain.c.response_id)
+        )
+        .order_by(chain.c.depth)
+    )
+    return list(rows)
 
 
 async def delete_stored(session: AsyncSession, team_id: str, response_id: str) -> bool:

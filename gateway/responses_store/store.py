@@ -173,11 +173,14 @@ class ResponseStore:
         return self._pending.pop(key, None) is not None or cached
 
     def _cached(self, key: tuple[str, str]) -> StoredRecord | None:
-        """The cache's copy while it may answer: unwritten, or kept within LOCAL_TTL_S."""
+        """The cache's copy while it may answer: unwritten, or kept within LOCAL_TTL_S, and
+        within the retention."""
         found = self._cache.get(key)
         if found is None:
             return None
         record, kept_at = found
+        if record.created_at < self._now() - self.retention_s:
+            return None
         if key in self._pending or time.monotonic() - kept_at < LOCAL_TTL_S:
             return record
         return None
@@ -209,15 +212,43 @@ class ResponseStore:
 
     async def chain(self, record: StoredRecord) -> list[StoredRecord] | str:
         """`record` and the Responses it continues, oldest first; or the id of the first one of
-        them that is gone (deleted, purged)."""
-        chain = [record]
+        them that is gone (deleted, purged). Each step is read from this process's cache, else the
+        rest of the chain from the database in one query, else (a Response not written yet) as
+        `get` reads it."""
+        team_id, chain = record.team_id, [record]
         while (previous := chain[-1].previous_response_id) is not None and len(chain) < MAX_CHAIN:
-            found = await self.get(record.team_id, previous)
+            found = self._cached((team_id, previous))
+            if found is not None:
+                chain.append(found)
+                continue
+            written = await self._written_chain(team_id, previous, MAX_CHAIN - len(chain))
+            if written:
+                chain += written
+                continue
+            found = await self.get(team_id, previous)
             if found is None:
                 return previous
             chain.append(found)
         chain.reverse()
         return chain
+
+    async def _written_chain(self, team_id: str, response_id: str, limit: int) -> list[StoredRecord]:
+        """The chain from `response_id` back, newest first, as the database holds it, up to the
+        first Response past the retention."""
+        try:
+            async with self._sessions() as session:
+                rows = await table.stored_chain(session, team_id, response_id, limit)
+        except (SQLAlchemyError, OSError) as exc:
+            raise ServiceUnavailable(
+                "Cannot read stored responses: the database is unreachable. Retry later."
+            ) from exc
+        kept_since = self._now() - self.retention_s
+        records = []
+        for record in map(_record, rows):
+            if record.created_at < kept_since:
+                break
+            records.append(record)
+        return records
 
     async def _shared(self, team_id: str, response_id: str) -> tuple[StoredRecord | None, bool]:
         """The Redis copy, and whether the Response was deleted, in one round trip."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.db.models import StoredResponse
@@ -165,3 +165,27 @@ async def test_with_redis_a_delete_elsewhere_holds_here_before_and_after_the_wri
     await here.flush()
     async with session_factory(engine)() as session:
         assert (await session.scalars(select(StoredResponse.response_id))).all() == ["resp_2"]
+
+
+async def test_a_long_chain_is_read_back_in_one_query_up_to_the_retention(
+    engine: AsyncEngine, clock: Clock
+) -> None:
+    store = a_store(engine, clock)
+    for n in range(1, 201):  # resp_1 is past the retention, the others within it
+        age = 31 * DAY if n == 1 else 0.0
+        previous = f"resp_{n - 1}" if n > 1 else None
+        store.keep(record("team_a", f"resp_{n}", created_at=NOW - age, previous=previous))
+    await store.flush()
+    store.keep(record("team_a", "resp_201", previous="resp_200"))  # cached, not written yet
+    last = await store.get("team_a", "resp_201")
+    assert last is not None
+    assert await store.chain(last) == "resp_1"  # the first is gone: the conversation cannot be rebuilt
+    async with session_factory(engine).begin() as session:  # resp_2 starts the conversation now
+        await session.execute(
+            update(StoredResponse)
+            .where(StoredResponse.response_id == "resp_2")
+            .values(previous_response_id=None)
+        )
+    chain = await a_store(engine, clock).chain(record("team_a", "resp_201", previous="resp_200"))
+    assert not isinstance(chain, str)
+    assert [r.response_id for r in chain] == [f"resp_{n}" for n in range(2, 202)]
