@@ -176,11 +176,14 @@ class ReplicaGate:
             load.dispatched()
         caps = self._batch_caps if keep_reserve else self.caps
         tokens = self.held.hold(ticket)
-        permit = await self._permit(tokens, caps, waiting)
-        if permit is None:
-            self.held.drop(ticket)
-            if load is not None:
-                load.withdrawn()
+        permit = None
+        try:
+            permit = await self._permit(tokens, caps, waiting)
+        finally:  # refused, or the caller cancelled during the bank's round trip
+            if permit is None:
+                self.held.drop(ticket)
+                if load is not None:
+                    load.withdrawn()
         return permit
 
     def _reserve_kept(self) -> bool:

@@ -250,3 +250,22 @@ async def test_the_prompt_estimate_is_checked_against_the_servers_count_when_a_r
             grant = await replica.enter(ticket(tokens=4000), 1.0, never_full)
             grant.release(TokenUsage(prompt_tokens=5000, completion_tokens=10))
     assert 1.2 < load.capacity.prompt_ratio <= 1.25
+
+
+class SlowBank(CountingBank):
+    """A shared bank whose answer never comes."""
+
+    async def acquire(self, replica: str, tokens: int, caps: Caps, waiting: int) -> bool:
+        await asyncio.Event().wait()
+        return True
+
+
+async def test_a_request_cancelled_while_the_bank_is_asked_is_not_counted_in_flight() -> None:
+    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=4), SlowBank(), batch_share=0.1)  # type: ignore[arg-type]
+    asking = asyncio.create_task(replica.enter(prefixed(2100), 5.0, never_full))
+    await asyncio.sleep(0.01)
+    assert replica.in_flight == 1  # counted while asked for: arrivals meanwhile see it
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    assert replica.in_flight == 0 and replica.tokens_in_flight == 0
