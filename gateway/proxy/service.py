@@ -52,6 +52,7 @@ from gateway.routing.conversations import (
     Conversation,
     Conversations,
     Placement,
+    answer_id,
     conversation_key,
     next_turn_key,
     scoped,
@@ -334,6 +335,10 @@ class ProxyService:
         await self._meter(
             ctx, ctx.deployment, 200, usage, source, cost=cost, response_id=response.response_id
         )
+        answered = response.response_id
+        if answered is None and ctx.parsed.endpoint is Endpoint.RESPONSES:  # one the gateway made
+            answered = answer_id(response.body)
+        self._remember_conversation(ctx, ctx.deployment, answered)
         if self._stored_responses is not None and ctx.parsed.endpoint is Endpoint.RESPONSES:
             await self._stored_responses.keep_answer(
                 ctx.principal.team_id, ctx.deployment.provider, ctx.parsed.body, response.body
@@ -391,12 +396,15 @@ class ProxyService:
         # a Responses stream passed through names the Response the upstream stores (responses_native)
         response_id = getattr(stream.translator, "response_id", None)
         await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost, response_id)
+        if status == 200:
+            self._remember_conversation(ctx, stream.deployment, response_id)
 
     def _remember_conversation(
         self, ctx: ProxyContext, deployment: Deployment, response_id: str | None
     ) -> None:
         """Where a conversation was served, for its next request: the one it named, and the one
-        a Response's id starts (its next turn names it as `previous_response_id`)."""
+        a Response's id starts (its next turn names it as `previous_response_id`; a translated
+        stream's id is not read, so its next turn follows its prompt prefix instead)."""
         placement = Placement(deployment.id, ctx.attempts.replica)
         if ctx.conversation is not None:
             self.conversations.remember(ctx.conversation.key, placement)
@@ -475,8 +483,6 @@ class ProxyService:
                 await settled  # whatever the append did
         if response_id is not None and self._response_owners is not None:
             await self._response_owners.remember(team_id, response_id)
-        if status == 200:
-            self._remember_conversation(ctx, deployment, response_id)
         if self._on_event is not None:
             self._on_event(event)
         trace_id = ctx.correlation.trace_id

@@ -71,6 +71,21 @@ def next_turn_key(team_id: str, response_id: str) -> str:
     return scoped(team_id, "response:" + response_id)
 
 
+class _Answer(msgspec.Struct):
+    id: str | None = None
+
+
+_ANSWER = msgspec.json.Decoder(_Answer)
+
+
+def answer_id(body: bytes) -> str | None:
+    """The id of a Responses answer, read from its body (None when it has none to read)."""
+    try:
+        return _ANSWER.decode(body).id
+    except msgspec.DecodeError:
+        return None
+
+
 def scoped(team_id: str, name: str) -> str:
     return hashlib.sha256(f"{team_id}\x00{name}".encode()).hexdigest()[:32]
 

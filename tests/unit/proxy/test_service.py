@@ -49,6 +49,7 @@ class FakeExecutor:
     failing: set[str] = field(default_factory=set)
     error: type[UpstreamError] = UpstreamUnavailable
     sent: list[str] = field(default_factory=list)
+    body: bytes = b"{}"  # what every answer says
 
     async def send(
         self,
@@ -63,7 +64,9 @@ class FakeExecutor:
             self.sent.append(deployment.id)
             await asyncio.sleep(0)
             if deployment.id not in self.failing:
-                return UpstreamResponse(body=b"{}", usage=TokenUsage(prompt_tokens=3, completion_tokens=2))
+                return UpstreamResponse(
+                    body=self.body, usage=TokenUsage(prompt_tokens=3, completion_tokens=2)
+                )
         raise self.error("injected")
 
 
@@ -317,3 +320,23 @@ async def test_a_conversation_follows_its_last_deployment_and_a_batch_does_not()
     assert {(await served()).id for _ in range(10)} == {moved.id}
     batched = {(await served(Directives(batch=f"b-{i}"))).id for i in range(30)}
     assert len(batched) > 1  # batches are placed by their pins, not by the conversation
+
+
+async def test_a_responses_answer_starts_a_conversation_its_next_turn_follows() -> None:
+    h = harness(seed=2)
+    h.executor.body = b'{"id": "resp_abc", "object": "response", "output": []}'
+    parsed = parse_request(b'{"model": "chat", "input": "hello"}', Endpoint.RESPONSES, 100)
+    ctx = ProxyContext("req-1", principal(), parsed, Directives())
+    h.service.schedule(ctx, Priority.INTERACTIVE, 10, 20)
+    served = (await h.service.complete(ctx)).deployment
+
+    follow = parse_request(
+        b'{"model": "chat", "input": "more", "previous_response_id": "resp_abc"}', Endpoint.RESPONSES, 100
+    )
+    next_turn = ProxyContext("req-2", principal(), follow, Directives())
+    h.service.schedule(next_turn, Priority.INTERACTIVE, 10, 20)
+    assert next_turn.conversation is not None and next_turn.conversation.then is not None
+    assert next_turn.conversation.then.deployment == served.id
+    other_team = ProxyContext("req-3", principal("team-2"), follow, Directives())
+    h.service.schedule(other_team, Priority.INTERACTIVE, 10, 20)
+    assert other_team.conversation is not None and other_team.conversation.then is None
