@@ -18,6 +18,9 @@ waiting counts beyond this process's). The rest is learned at each read:
 - **How many real tokens a prompt estimate is** (the estimate is the body's bytes / 4): the
   upstream's prompt counts of the requests that ended, real over estimated tokens summed with a
   decay (a long prompt weighs more than a short one, whose estimate is mostly JSON), bounded.
+- **The server's usage.** A read that shows the KV cache used to `kv_cache_high` already holds
+  dispatch until the next read, whatever the prediction says: prompts longer than estimated (the
+  ratio below is learned from the requests that ended, not from those running).
 - **Preemptions.** When `vllm:num_preemptions_total` moves, the fill backs off at once (x0.9 per
   read that saw it move while this process had requests there, down to half) and sharing is no
   longer assumed; each read without one gives back a little (+0.01), so the fill creeps back toward
@@ -84,6 +87,7 @@ class LearnedCapacity:
         self._queued_running: float | None = None  # running at the last read where requests waited
         self._queued_reads = 0  # reads in a row that showed it
         self.budget = 0.0  # the tokens this process may have in flight at their peak
+        self.full = False  # the server said its KV cache is used to kv_cache_high already
 
     # The hot path: one request at a time
 
@@ -110,6 +114,8 @@ class LearnedCapacity:
             return False
         if held.count == 0 and self.others == 0:  # alone it always goes: it could never go otherwise
             return True
+        if self.full:  # the estimates were short: what the server says wins until the next read
+            return False
         return self.peak(held) + self.need(ticket, held) <= self.budget * share
 
     def learn_prompt(self, estimated: int, real: int) -> None:
@@ -132,6 +138,7 @@ class LearnedCapacity:
             return
         self._count_preemptions(reading.preemptions, held)
         used = None if reading.kv_usage is None else reading.kv_usage * self.kv_tokens
+        self.full = reading.kv_usage is not None and reading.kv_usage >= self.kv_cache_high
         others = reading.running + reading.waiting - held.count
         self.others = max(0, math.ceil(others))
         self.foreign = 0.0

@@ -216,3 +216,13 @@ def test_another_clients_preemptions_on_an_idle_replica_do_not_back_off() -> Non
     capacity.observe(reading(preemptions=3), held)
     capacity.observe(reading(running=80, preemptions=9), held)  # a client straight at the server
     assert capacity.fill == 1.0
+
+
+def test_a_server_that_says_its_cache_is_full_holds_dispatch_whatever_the_prediction() -> None:
+    capacity = LearnedCapacity(0.98, 0)
+    held = InFlight()
+    held.hold(request())
+    capacity.observe(reading(running=1, kv_usage=0.985), held)  # the estimate was far too short
+    assert not capacity.admits(request(), held)
+    capacity.observe(reading(running=1, kv_usage=0.5), held)
+    assert capacity.admits(request(), held)
