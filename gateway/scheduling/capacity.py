@@ -9,12 +9,14 @@ waiting counts beyond this process's). The rest is learned at each read:
 
 - **Whether the server shares a prefix's blocks** among its running sequences. While all of this
   process's requests are running there and nothing waits, the KV cache the server reports used is
-  compared with two predictions, the shared prefixes counted once and counted per request; the
-  nearer one (geometric mean as the boundary, and only when they differ by half or more) is a
-  vote. Two votes in a row for sharing are needed to count a prefix once, one against is enough
-  to stop: the costly mistake is to believe in sharing that is not there. Until then a prefix is
-  counted per request. The `enable_prefix_caching` label is not trusted alone: a server may cache
-  prefixes without sharing the blocks of running sequences.
+  compared with two predictions, the shared prefixes counted once and counted per request: above
+  their geometric mean is a vote against sharing, within 10% of the shared one at its peak a vote
+  for it, and between the two no vote (prompts part-way through a chunked prefill hold part of
+  their blocks); nor when the predictions differ by less than half. Two votes in a row for
+  sharing are needed to count a prefix once, one against is enough to stop: the costly mistake is
+  to believe in sharing that is not there. Until then a prefix is counted per request. The
+  `enable_prefix_caching` label is not trusted alone: a server may cache prefixes without sharing
+  the blocks of running sequences.
 - **How many real tokens a prompt estimate is** (the estimate is the body's bytes / 4): the
   upstream's prompt counts of the requests that ended, real over estimated tokens summed with a
   decay (a long prompt weighs more than a short one, whose estimate is mostly JSON), bounded.
@@ -47,6 +49,7 @@ RECOVER = 0.01  # given back to the fill at each read without a preemption
 SLOT_LIMIT_READS = 5  # reads in a row with requests waiting and the same number running
 SHARING_VOTES = 2  # reads in a row that must show sharing before a prefix counts once
 DECISIVE = 1.5  # the predictions must differ by this factor for a read to vote
+SHARED_SLACK = 1.1  # a vote for sharing: no more used than the shared prediction at its peak, +10%
 RATIO_BOUNDS = (0.25, 4.0)  # real prompt tokens per estimated token, at most this far off
 # The ratio is real over estimated tokens summed with decay, so that a long prompt weighs more than
 # a short one (whose estimate is mostly the body's JSON); it starts from 1 as if this many tokens
@@ -176,11 +179,13 @@ class LearnedCapacity:
         if whole < DECISIVE * shared:
             return  # too close to tell, and too close to matter
         seen = running / ours  # the ones still on their way hold nothing there yet
-        if used < math.sqrt(shared * whole) * seen:
+        if used >= math.sqrt(shared * whole) * seen:
+            self.shares_prefix, self._sharing_votes = False, 0
+        elif used <= SHARED_SLACK * (shared + held.output / 2) * seen:
             self._sharing_votes += 1
             self.shares_prefix = self._sharing_votes >= SHARING_VOTES
-        else:
-            self.shares_prefix, self._sharing_votes = False, 0
+        # Between the two: long prompts part-way through a chunked prefill hold part of their
+        # blocks, which looks like sharing to the boundary alone; no vote
 
     def _find_slot_limit(self, reading: LoadReading, held: InFlight) -> None:
         running = reading.running

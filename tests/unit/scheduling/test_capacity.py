@@ -3,6 +3,8 @@ shares a prefix's blocks, the prompt estimate's correction, preemptions, a seque
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from gateway.routing.directives import Priority
@@ -226,3 +228,17 @@ def test_a_server_that_says_its_cache_is_full_holds_dispatch_whatever_the_predic
     assert not capacity.admits(request(), held)
     capacity.observe(reading(running=1, kv_usage=0.5), held)
     assert capacity.admits(request(), held)
+
+
+def test_long_prompts_part_way_through_their_prefill_are_not_taken_for_sharing() -> None:
+    capacity = LearnedCapacity(0.98, 0)
+    held = InFlight()
+    capacity.observe(reading(), held)
+    fill(capacity, held)
+    count = held.count
+    whole, shared = used_without_sharing(count), used_with_sharing(count)
+    partway = 0.7 * math.sqrt(whole * shared)  # below the boundary, well above the shared use
+    assert partway > 2 * shared
+    for _ in range(4):
+        capacity.observe(reading(running=count, kv_usage=partway), held)
+    assert not capacity.shares_prefix
