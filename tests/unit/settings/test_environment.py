@@ -185,7 +185,12 @@ def test_every_unset_variable_is_named_at_once(tmp_path: Path) -> None:
             "models[0].deployments[0].weight",
             "Expected `float`",
         ),
-        ("  - name: llama\n", "  - name: llama\n    nicknames: [x]\n", "models[0]", "unknown field `nicknames`"),
+        (
+            "  - name: llama\n",
+            "  - name: llama\n    nicknames: [x]\n",
+            "models[0]",
+            "unknown field `nicknames`",
+        ),
     ],
 )
 def test_schema_errors_name_the_key(tmp_path: Path, old: str, new: str, key: str, complaint: str) -> None:
