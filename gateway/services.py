@@ -44,11 +44,11 @@ from gateway.metering.storage.writer import UsageWriter
 from gateway.metrics.instruments import Metrics
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.relay import KeyStreams
-from gateway.proxy.response_owners import ResponseOwners
 from gateway.proxy.service import ProxyService
 from gateway.redis.client import RedisClient, durability_of, redis_client
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.responses_store.continuation import StoredResponses
+from gateway.responses_store.owners import ResponseOwners
 from gateway.responses_store.store import ResponseStore
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.health import HealthBoard, RedisHealthBoard

@@ -163,7 +163,7 @@ class UsageDeadLetter(Base):
 class ResponseOwner(Base):
     """Which team created a Response at a provider that stores it (the Responses API served
     natively): a `previous_response_id` or `conversation` naming an id its team did not create is
-    refused before it goes upstream (gateway.proxy.response_owners). Written by the usage writer,
+    refused before it goes upstream (gateway.responses_store.owners). Written by the usage writer,
     with the record of the request that returned the id."""
 
     __tablename__ = "response_owners"

@@ -2,7 +2,7 @@
 
 Rows are written by the usage writer in the transaction of the records they came with (never on
 the request path), idempotently: an id is owned by the first team recorded for it. Read by the
-ownership check of the Responses API (gateway.proxy.response_owners).
+ownership check of the Responses API (gateway.responses_store.owners).
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ from gateway.proxy.answer_text import answer_bytes
 from gateway.proxy.correlation import NO_CORRELATION, Correlation
 from gateway.proxy.relay import StreamRelay
 from gateway.proxy.request import ParsedRequest
-from gateway.proxy.response_owners import ResponseOwners
 from gateway.responses_store.continuation import StoredResponses, StreamKeeper, refuse_continuation
+from gateway.responses_store.owners import ResponseOwners
 from gateway.routing.batch_pin import BatchPin, PinStoreUnavailable
 from gateway.routing.conversations import (
     Conversation,

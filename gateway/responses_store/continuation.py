@@ -3,7 +3,7 @@ request that continues a Response (`previous_response_id`), and the Response kep
 
 A continuation is passed through as it came to an upstream that stores the previous Response
 itself (its Responses API served natively, by the provider that answered it, as the store or the
-ownership table says: gateway.proxy.response_owners). Anywhere else the gateway rebuilds the
+ownership table says: gateway.responses_store.owners). Anywhere else the gateway rebuilds the
 conversation: the input and output items of every Response of the chain, oldest first, then the
 new input. The previous `instructions` are not carried over, as OpenAI documents. A previous
 Response the team did not store is a 404, as OpenAI answers an id it does not know.
@@ -20,8 +20,8 @@ import msgspec
 from gateway.dialects.responses.adapter import serves_responses_natively
 from gateway.dialects.responses.response import IdSource, random_id
 from gateway.errors import InvalidRequest, UnknownResponse
-from gateway.proxy.response_owners import ResponseOwners, refusal
 from gateway.responses_store.items import Item, input_items, resent_items
+from gateway.responses_store.owners import ResponseOwners, refusal
 from gateway.responses_store.store import ResponseStore, StoredRecord
 from gateway.settings import Provider
 

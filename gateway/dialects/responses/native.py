@@ -6,7 +6,7 @@ is the alias the client asked for, and the usage object carries the exact cost. 
 from the Response, or from a stream's response.completed (or response.incomplete / .failed). The Response's `id` (of
 the answer, or of the stream's first Response-carrying event) is kept for the usage record: the
 upstream stores the Response under that id, and only the team that created it may name it again
-(gateway.proxy.response_owners).
+(gateway.responses_store.owners).
 """
 
 from __future__ import annotations

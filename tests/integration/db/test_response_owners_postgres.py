@@ -15,7 +15,7 @@ from gateway.db.session import session_factory
 from gateway.metering.storage.buffer import MemoryBuffer
 from gateway.metering.storage.writer import UsageWriter
 from tests.integration.metering.conftest import drop_database, fresh_pg_engine
-from tests.unit.proxy.test_response_owners import record
+from tests.unit.responses_store.test_owners import record
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from gateway.errors import InvalidRequest, UnknownResponse
 from gateway.metering.events import UsageEvent
 from gateway.metering.storage.buffer import MemoryBuffer
 from gateway.metering.storage.writer import UsageWriter
-from gateway.proxy.response_owners import ResponseOwners, named_ids
+from gateway.responses_store.owners import ResponseOwners, named_ids
 from gateway.settings import Provider, ProviderKind
 from tests.unit.providers.calls import provider
 
