@@ -3,8 +3,8 @@
 A request goes straight through when nothing waits before it and a permit is free; otherwise it
 waits in the replica's `FairQueue`. One pump task per replica, alive while the queue is not empty,
 hands out permits in the queue's order: it wakes when a permit comes back here, when the server's
-load is read again, or (with permits shared through Redis, which frees them from other processes
-too) after a short poll. A waiter that times out or whose client leaves takes itself out.
+load is read again, or when another process frees a permit shared through Redis (its bank's
+subscription; the bank's long poll only bounds a lost message). A waiter that times out or whose client leaves takes itself out.
 
 Work-conserving: batch work leaves `interactive_reserve` of the capacity (slots of
 `max_concurrency`, and of the learned KV budget) free only while interactive work is about (in
@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from gateway.errors import QueueFull, QueueTimeout
 from gateway.providers.base import TokenUsage
 from gateway.routing.directives import Priority
-from gateway.scheduling.fair_queue import FairQueue, Waiter
+from gateway.scheduling.fair_queue import AGING_PASSES, FairQueue, Waiter
 from gateway.scheduling.in_flight import InFlight
 from gateway.scheduling.permits import Caps, PermitBank, fits
 from gateway.scheduling.server_load import ServerLoad
@@ -83,6 +83,7 @@ class ReplicaGate:
         batch_share: float,
         interactive_reserve: float = 0.0,
         reserve_idle_s: float = 1.0,
+        aging_passes: int = AGING_PASSES,
         load: ServerLoad | None = None,
         observe_wait: Callable[[str, float], None] = lambda priority, seconds: None,
     ) -> None:
@@ -92,7 +93,7 @@ class ReplicaGate:
         self._reserve_idle_s = reserve_idle_s
         self._interactive_in_flight = 0
         self._interactive_until = 0.0  # the reserve is kept for interactive work until then
-        self.queue = FairQueue(batch_share)
+        self.queue = FairQueue(batch_share, aging_passes)
         # Counted from the ask for a permit to its release, so that requests arriving during a
         # shared bank's round trip see it
         self.held = InFlight()

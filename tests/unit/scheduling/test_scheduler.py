@@ -119,3 +119,31 @@ async def test_a_failed_replica_is_passed_over_until_it_serves_again() -> None:
     scheduler.replica_succeeded(vllm, home)
     assert (await scheduler.enter(vllm, "shared-prefix", TICKET)).base_url == home
     assert (await scheduler.enter(vllm, None, conversation)).base_url == home
+
+
+async def first_dispatched_of_long_then_short(aging_passes: int) -> str:
+    """One slot, held; a long prompt queues, then a short one; which goes when the slot frees."""
+    one = provider("vllm", region="eu", base_url=URLS[0], capacity=Capacity(max_concurrency=1))
+    config = catalog(one, models=[model("llama", deployment(one, "llama"))])
+    settings = msgspec.structs.replace(config.scheduling, length_aging_passes=aging_passes)
+    scheduler = Scheduler(msgspec.structs.replace(config, scheduling=settings))
+    held = await scheduler.enter(one, None, TICKET)
+    long = asyncio.create_task(
+        scheduler.enter(one, None, Ticket("team", 1.0, Priority.BATCH, 20_000, 20_100))
+    )
+    await asyncio.sleep(0.01)
+    short = asyncio.create_task(scheduler.enter(one, None, Ticket("team", 1.0, Priority.BATCH, 100, 200)))
+    await asyncio.sleep(0.01)
+    held.release()
+    done, pending = await asyncio.wait({long, short}, return_when=asyncio.FIRST_COMPLETED)
+    first = "long" if long in done else "short"
+    for task in pending:
+        task.cancel()
+    for task in done:
+        task.result().release()
+    return first
+
+
+async def test_the_length_aging_setting_reaches_each_replica_queue() -> None:
+    assert await first_dispatched_of_long_then_short(32) == "short"  # by length bucket
+    assert await first_dispatched_of_long_then_short(0) == "long"  # 0: arrival order
