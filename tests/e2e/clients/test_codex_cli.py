@@ -1,7 +1,7 @@
 """Codex CLI (npm `@openai/codex`, pinned) runs `codex exec` turns through the gateway, as its users
 configure it (docs/clients.md): against the embedded default (`config/gateway.yaml`, the built-in
 mock provider, SQLite, no Redis), and against an OpenAI-kind upstream (the mock upstream) that
-serves the Responses API itself and one translated to chat. There the upstream plays an agent's
+serves the Responses API itself, one translated to chat, and an Anthropic-kind one. There the upstream plays an agent's
 turn (`call_tool`): it calls Codex's `exec_command`, Codex runs it and sends its output back, and
 the turn ends in text.
 
@@ -47,6 +47,12 @@ providers:
     region: us-east
     base_url: {upstream}/v1
     timeout_s: 30
+  - name: up-anthropic            # Responses translated to Anthropic's Messages
+    kind: anthropic
+    region: us-east
+    base_url: {upstream}
+    api_key: upstream-secret-anthropic
+    timeout_s: 30
 models:
   - name: gpt-native
     deployments:
@@ -58,6 +64,11 @@ models:
       - provider: selfhosted
         model: llama-upstream
         price: {{input: 0.60, output: 0.80}}
+  - name: claude-coder
+    deployments:
+      - provider: up-anthropic
+        model: claude-upstream
+        price: {{input: 3, output: 15}}
 """
 
 
@@ -192,8 +203,8 @@ def items_of(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("model", "upstream_path"),
-    [("gpt-native", "/v1/responses"), ("llama", "/v1/chat/completions")],
-    ids=["passed-through", "translated-to-chat"],
+    [("gpt-native", "/v1/responses"), ("llama", "/v1/chat/completions"), ("claude-coder", "/v1/messages")],
+    ids=["passed-through", "translated-to-chat", "translated-to-anthropic"],
 )
 def test_a_turn_that_calls_a_tool(
     codex: Path,
@@ -221,6 +232,11 @@ def test_a_turn_that_calls_a_tool(
         assert any(tool["type"] == "namespace" for tool in first["tools"])
         outputs = [item for item in second["input"] if item.get("type") == "function_call_output"]
         answered = outputs[-1]["output"]
+    elif upstream_path == "/v1/messages":  # Anthropic's tools: flattened too, web_search left out
+        assert all("input_schema" in tool for tool in first["tools"])
+        assert "multi_agent_v1__close_agent" in [tool["name"] for tool in first["tools"]]
+        results = [part for part in second["messages"][-1]["content"] if part.get("type") == "tool_result"]
+        answered = results[-1]["content"]
     else:  # flattened to function tools, web_search left out
         assert all(tool["type"] == "function" for tool in first["tools"])
         assert "multi_agent_v1__close_agent" in [tool["function"]["name"] for tool in first["tools"]]
