@@ -125,6 +125,11 @@ class Services:
         self.tasks.append(asyncio.create_task(self.job_runner.run(), name="batch-jobs"))
         return self.job_runner
 
+    def job_created(self) -> None:
+        """A Batch API job was just committed here: this process's runner claims it now."""
+        if self.job_runner is not None:
+            self.job_runner.wake()
+
     async def _reconcile_spend(self) -> None:
         """Month spend from the records into the limiter: a cold Redis or a restart loses no budget."""
         try:

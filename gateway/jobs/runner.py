@@ -524,6 +524,7 @@ class JobRunner:
         self._file_store = services.file_store
         self._runs: dict[str, tuple[JobRun, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
+        self._woken = asyncio.Event()  # a job was created here: look now, not at the next poll
 
     @property
     def holding(self) -> list[str]:
@@ -531,19 +532,27 @@ class JobRunner:
         return list(self._runs)
 
     async def run(self) -> None:
-        """Claim a job every poll interval until `stop`; cancelled, the jobs' tasks end with it and
-        their leases run out, as if the process had died."""
+        """Claim a job every poll interval, or at once when `wake` says one was created here, until
+        `stop`; cancelled, the jobs' tasks end with it and their leases run out, as if the process
+        had died."""
         try:
             while not self._stopping.is_set():
+                self._woken.clear()
                 try:
                     await self.claim_next()
                 except Exception as exc:  # the database is away: look again at the next poll
                     log.warning("batch_claim_failed", error=type(exc).__name__)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._settings.poll_interval_s):
-                        await self._stopping.wait()
+                        await self._woken.wait()
         finally:
             await self._cancel_runs()
+
+    def wake(self) -> None:
+        """A job was just created in this process: claim it now rather than at the next poll (the
+        poll's wait would be idle time for every slot of the job's deployment). Other processes
+        find it at their poll, as before."""
+        self._woken.set()
 
     async def claim_next(self) -> Claim | None:
         """Claim one job and start running it; None when no job is free."""
@@ -578,6 +587,7 @@ class JobRunner:
         """Stop claiming and running; give the leases up, so another process resumes at once
         (the lines in flight run again there)."""
         self._stopping.set()
+        self._woken.set()
         claims = [job_run.claim for job_run, _ in self._runs.values()]
         await self._cancel_runs()
         await self._provider.aclose()

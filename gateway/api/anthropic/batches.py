@@ -117,6 +117,7 @@ async def create_message_batch(
         job = await batches.create_message_batch(
             session, principal, spec.requests, directives, services.table
         )
+    services.job_created()
     return _json(message_batch(job, request))
 
 

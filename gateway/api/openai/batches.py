@@ -130,6 +130,7 @@ async def create_batch(
             services.table,
             store=services.file_store,
         )
+    services.job_created()
     return _json(batch_object(job))
 
 
