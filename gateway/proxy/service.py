@@ -175,7 +175,10 @@ class ProxyService:
         self.telemetry = telemetry  # the process's traces and GenAI metrics (None: off)
         self.pins_degraded = False
         scheduling = scheduling or SchedulingSettings()
-        self._prefix_window = scheduling.prefix_affinity_tokens
+        # A prompt's prefix chooses among replicas and counts once at a capped replica: with
+        # neither in the catalog, the hashing (8-22 us a request) would buy nothing.
+        placed = any(d.provider.capacity is not None or len(d.provider.urls) > 1 for d in table.all())
+        self._prefix_window = scheduling.prefix_affinity_tokens if placed else 0
         self.conversations = Conversations(scheduling.conversation_ttl_s)  # this process's memory
 
     def schedule(self, ctx: ProxyContext, priority: Priority, prompt_tokens: int, tokens: int) -> None:

@@ -44,6 +44,11 @@ class StandInServices:
     file_store: FileStore | None = None  # the database keeps the bytes
     file_slots: FileSlots = field(default_factory=lambda: FileSlots(2, 10.0))
     metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
+    jobs_created: int = 0
+
+    def job_created(self) -> None:
+        """What the handlers tell the process's job runner after a create commits."""
+        self.jobs_created += 1
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import CircuitSettings, RetrySettings
-from tests.unit.routing.catalog import TABLE, principal
+from tests.unit.routing.catalog import PLACED_TABLE, TABLE, principal
 
 
 @pytest.mark.parametrize(
@@ -149,8 +149,8 @@ HANDBOOK = "Extract every field of the invoice. " * 120
 
 def line_ticket(line_body: dict[str, Any], team: str = "team-1") -> Ticket:
     """The ticket a line's send asks the scheduler for, built as `LineSender` builds it."""
-    health = HealthBoard([d.id for d in TABLE.all()], CircuitSettings())
-    proxy = ProxyService(TABLE, MemoryPinStore(3600), health, None, LineUsage(), RetrySettings())  # type: ignore[arg-type]
+    health = HealthBoard([d.id for d in PLACED_TABLE.all()], CircuitSettings())
+    proxy = ProxyService(PLACED_TABLE, MemoryPinStore(3600), health, None, LineUsage(), RetrySettings())  # type: ignore[arg-type]
     sender = LineSender(proxy, LineUsage(), Reservations(TABLE, 4096), None, 100)  # type: ignore[arg-type]
     line = PendingLine(1, json.dumps(line_body), prefix_key(line_body))
     ctx = sender._context("batch_1-1-1", line, principal(team), Directives(batch="batch_1"))

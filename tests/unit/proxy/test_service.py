@@ -27,7 +27,7 @@ from gateway.errors import (
 from gateway.providers.base import Endpoint, TokenUsage, UpstreamCall, UpstreamResponse
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import ProxyContext, ProxyService, milliseconds
-from gateway.routing.deployment import Deployment
+from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives, Fallback, Priority
 from gateway.routing.health import HealthBoard
 from gateway.routing.pins import MemoryPinStore, PinStore, RedisPinStore
@@ -35,7 +35,7 @@ from gateway.routing.policy import rendezvous_choice
 from gateway.scheduling.ticket import Ticket
 from gateway.settings import CircuitSettings, RetrySettings
 from tests.unit.proxy.usage_sink import Sink
-from tests.unit.routing.catalog import CHAT, TABLE, principal
+from tests.unit.routing.catalog import CHAT, PLACED_TABLE, TABLE, principal
 
 RETRY = RetrySettings(max_attempts=3)
 US, EU, CLAUDE = CHAT["openai-us"], CHAT["vllm-eu"], CHAT["claude-us"]
@@ -84,11 +84,11 @@ class Harness:
         return (await self.service.complete(ctx)).deployment
 
 
-def harness(pins: PinStore | None = None, seed: int = 0) -> Harness:
-    health = HealthBoard([d.id for d in TABLE.all()], CircuitSettings(failure_threshold=1000))
+def harness(pins: PinStore | None = None, seed: int = 0, table: DeploymentTable = TABLE) -> Harness:
+    health = HealthBoard([d.id for d in table.all()], CircuitSettings(failure_threshold=1000))
     executor, sink = FakeExecutor(), Sink()
     store = pins or MemoryPinStore(3600)
-    service = ProxyService(TABLE, store, health, executor, sink, RETRY, rng=random.Random(seed))  # type: ignore[arg-type]
+    service = ProxyService(table, store, health, executor, sink, RETRY, rng=random.Random(seed))  # type: ignore[arg-type]
     return Harness(service, executor, store, health, sink)
 
 
@@ -246,12 +246,21 @@ HANDBOOK = "Extract every field of the invoice. " * 120  # about 4.3 KB, 1,080 t
 
 
 def scheduled(
-    body: dict[str, object], team: str = "team-1", directives: Directives = Directives()
+    body: dict[str, object],
+    team: str = "team-1",
+    directives: Directives = Directives(),
+    table: DeploymentTable = PLACED_TABLE,
 ) -> ProxyContext:
     parsed = parse_request(json.dumps({"model": "chat", **body}).encode(), Endpoint.CHAT, 100)
     ctx = ProxyContext("req-1", principal(team), parsed, directives)
-    harness().service.schedule(ctx, Priority.INTERACTIVE, 10, 20)
+    harness(table=table).service.schedule(ctx, Priority.INTERACTIVE, 10, 20)
     return ctx
+
+
+def test_no_prefix_is_hashed_where_no_provider_has_replicas_or_capacity() -> None:
+    assert all(d.provider.capacity is None and len(d.provider.urls) == 1 for d in TABLE.all())
+    ctx = scheduled(asked("Invoice 1"), table=TABLE)
+    assert ctx.ticket.prefix is None and ctx.ticket.leading is None
 
 
 def asked(question: str, system: object = HANDBOOK, **extra: object) -> dict[str, object]:

@@ -24,6 +24,13 @@ CATALOG = catalog(
 )
 TABLE = DeploymentTable.from_catalog(CATALOG)
 CHAT = {d.provider.name: d for d in TABLE.by_model["chat"]}
+_REPLICAS = provider(
+    "vllm-replicas", region="eu-west", base_urls=("http://r0.invalid/v1", "http://r1.invalid/v1")
+)
+# The same plus a model at two replicas: where the gateway places requests by their prompt's prefix
+PLACED_TABLE = DeploymentTable.from_catalog(
+    catalog(*CATALOG.providers, _REPLICAS, models=[*CATALOG.models, model("m", deployment(_REPLICAS, "m-x"))])
+)
 
 
 def principal(team_id: str = "team-1", **limits: object) -> Principal:
