@@ -92,8 +92,11 @@ class UpstreamPool:
     """
 
     def __init__(
-        self, max_per_origin: int = 4096, max_idle_per_origin: int = 1024, keepalive_s: float = 60.0
+        self, max_per_origin: int = 4096, max_idle_per_origin: int = 1024, keepalive_s: float = 4.0
     ) -> None:
+        # `keepalive_s` under uvicorn's 5 s idle close (vLLM's, SGLang's and most Python servers'):
+        # a connection idle that long is dropped here rather than reused at the moment the server
+        # closes it, which would fail a request that never reached it.
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._max_per_origin = max_per_origin
