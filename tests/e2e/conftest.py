@@ -14,7 +14,7 @@ import redis
 
 from tests.support.gateway import GatewayProcess, Team, create_team, recreate_database
 from tests.support.stores import redis_url
-from tests.support.upstream import RunningUpstream, start_mock_upstream
+from tests.support.upstream import RunningUpstream, fresh, start_mock_upstream
 
 ADMIN_KEY = "admin-e2e-secret"
 REDIS_URL = redis_url("e2e")
@@ -149,10 +149,7 @@ def team_a(stack: Stack) -> Team:
 
 @pytest.fixture
 def fresh_upstream(stack: Stack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def config_path(stack: Stack) -> Path:

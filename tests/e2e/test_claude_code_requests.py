@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.stacks.messages import MessagesStack, messages_stack
 from tests.support.gateway import Team
-from tests.support.upstream import RunningUpstream
+from tests.support.upstream import RunningUpstream, fresh
 
 CLAUDE_CODE = Path(__file__).resolve().parents[1] / "fixtures" / "clients" / "claude_code"
 SHAPES = sorted(path.stem for path in CLAUDE_CODE.glob("*.json"))
@@ -37,10 +37,7 @@ def team(stack: MessagesStack) -> Team:
 
 @pytest.fixture
 def upstream(stack: MessagesStack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def recorded(shape: str) -> dict[str, Any]:

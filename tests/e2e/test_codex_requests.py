@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.stacks.responses import ResponsesStack, responses_stack
 from tests.support.gateway import Team
-from tests.support.upstream import RunningUpstream
+from tests.support.upstream import RunningUpstream, fresh
 
 CODEX = Path(__file__).resolve().parents[1] / "fixtures" / "clients" / "codex_cli"
 SHAPES = sorted(path.stem for path in CODEX.glob("*.json"))
@@ -39,10 +39,7 @@ def team(stack: ResponsesStack) -> Team:
 
 @pytest.fixture
 def upstream(stack: ResponsesStack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def recorded(shape: str) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from tests.e2e.stacks.messages import MessagesStack, expected_cost, messages_stack
 from tests.support.gateway import Team
-from tests.support.upstream import RunningUpstream
+from tests.support.upstream import RunningUpstream, fresh
 
 pytestmark = pytest.mark.e2e
 
@@ -48,10 +48,7 @@ def team(stack: MessagesStack) -> Team:
 
 @pytest.fixture
 def upstream(stack: MessagesStack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def strict_message(payload: dict[str, Any]) -> anthropic.types.Message:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from tests.e2e.stacks.responses import ResponsesStack, responses_stack
 from tests.support.gateway import Team
 from tests.support.openapi import validate
-from tests.support.upstream import RunningUpstream
+from tests.support.upstream import RunningUpstream, fresh
 
 WEATHER_TOOL: Any = {
     "type": "function",
@@ -44,10 +44,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResponsesStack]:
 
 @pytest.fixture
 def upstream(stack: ResponsesStack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def headers_for(alias: str) -> dict[str, str]:

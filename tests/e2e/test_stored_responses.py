@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.stacks.responses import ResponsesStack, responses_stack
 from tests.support.openapi import validate
-from tests.support.upstream import RunningUpstream
+from tests.support.upstream import RunningUpstream, fresh
 
 PINNED = {"X-Gateway-Provider": "openai-us"}  # `gpt` passed through, at one deployment
 
@@ -29,10 +29,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ResponsesStack]:
 
 @pytest.fixture
 def upstream(stack: ResponsesStack) -> Iterator[RunningUpstream]:
-    stack.upstream.clear()
-    stack.upstream.set_behaviour()
-    yield stack.upstream
-    stack.upstream.set_behaviour()
+    yield from fresh(stack.upstream)
 
 
 def last_sent(upstream: RunningUpstream) -> dict[str, Any]:

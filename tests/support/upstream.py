@@ -126,3 +126,12 @@ def mock_upstream_fixture(**flags: Any) -> Iterator[RunningUpstream]:
     """The body of a pytest fixture: `yield from mock_upstream_fixture()`."""
     with start_mock_upstream(**flags) as upstream:
         yield upstream
+
+
+def fresh(upstream: RunningUpstream) -> Iterator[RunningUpstream]:
+    """The body of a per-test fixture over a shared mock: nothing recorded and its default
+    behaviour when the test starts, the default behaviour again when it ends."""
+    upstream.clear()
+    upstream.set_behaviour()
+    yield upstream
+    upstream.set_behaviour()
