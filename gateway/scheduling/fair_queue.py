@@ -32,11 +32,12 @@ from typing import Any
 
 from gateway.routing.directives import Priority
 from gateway.scheduling.ticket import Ticket
+from gateway.settings.work import SchedulingSettings
 
 # Estimated prompt tokens where a bucket ends: 0-2k, 2-8k, 8-32k, 32k and more
 BUCKET_BOUNDS = (2048, 8192, 32768)
 BUCKETS = len(BUCKET_BOUNDS) + 1
-AGING_PASSES = 32  # scheduling.length_aging_passes
+AGING_PASSES = SchedulingSettings().length_aging_passes  # the setting's default, declared there
 CANDIDATES = 8  # how many waiters `candidates` offers at most
 
 

@@ -54,11 +54,16 @@ async def create_response(front: FrontDependency) -> ASGIApp:
     return front.asgi(Endpoint.RESPONSES)
 
 
+def _not_found(response_id: str) -> UnknownResponse:
+    """OpenAI's 404 for an id: missing, deleted, or another team's, alike."""
+    return UnknownResponse(f"Response with id '{response_id[:255]}' not found.", param="response_id")
+
+
 async def _stored(services: Services, team_id: str, response_id: str) -> StoredRecord:
     checked = path_id(response_id, "response_id")
     record = await services.responses.store.get(team_id, checked)
     if record is None:
-        raise UnknownResponse(f"Response with id '{checked[:255]}' not found.", param="response_id")
+        raise _not_found(checked)
     return record
 
 
@@ -81,7 +86,7 @@ async def delete_response(
 ) -> Response[bytes]:
     checked = path_id(response_id, "response_id")
     if not await services.responses.store.delete(principal.team_id, checked):
-        raise UnknownResponse(f"Response with id '{checked[:255]}' not found.", param="response_id")
+        raise _not_found(checked)
     return Response(msgspec.json.encode(ResponseDeleted(id=checked)), media_type=JSON)
 
 
