@@ -264,6 +264,8 @@ class BatchJob(Base):
     fencing_token: Mapped[int] = mapped_column(BigInteger, default=0)
     # the provider's batch in flight, for a job its provider's batch API runs (None: none)
     provider_batch_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    # the rule, lane and quote of a job placed by `metadata.gateway_placement` (gateway.jobs.placement)
+    placement: Mapped[dict[str, object] | None] = mapped_column(JSON, default=None)
 
 
 class BatchLine(Base):
