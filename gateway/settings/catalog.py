@@ -8,7 +8,7 @@ import re
 from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
@@ -54,6 +54,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     base_url: str | None = None
     base_urls: tuple[str, ...] = ()
     api_key: str | None = None
+    # An organization admin key (OpenAI's `sk-admin-...`, Anthropic's `sk-ant-admin...`; openai and
+    # anthropic kinds): with it, the provider's own usage and cost reports are read each day and set
+    # beside the gateway's records (gateway.reconciliation). Give it as ${VAR}; never logged.
+    admin_api_key: str | None = None
     timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     api_version: str = "2024-10-21"  # azure only
@@ -177,6 +181,18 @@ class LimitSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return self.max_buffered_body_bytes
 
 
+class ReconciliationSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The daily comparison with the providers' own reports (gateway.reconciliation)."""
+
+    # A difference past this share of a measure (tokens or cost) is logged as a warning and makes
+    # `gateway usage reconcile` exit 3
+    threshold: Annotated[float, msgspec.Meta(ge=0)] = 0.01
+    # Hours after a UTC day ends before it is reconciled: the providers' reports settle late
+    delay_h: Annotated[float, msgspec.Meta(ge=0)] = 6.0
+    # Days back the daily run looks for a day not yet reconciled
+    lookback_days: Annotated[int, msgspec.Meta(ge=1, le=31)] = 3
+
+
 class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     providers: tuple[Provider, ...]
     models: tuple[ModelSpec, ...]
@@ -187,6 +203,7 @@ class Catalog(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     scheduling: SchedulingSettings = SchedulingSettings()
     jobs: JobSettings = JobSettings()
     files: FileSettings = FileSettings()
+    reconciliation: ReconciliationSettings = ReconciliationSettings()
 
     def provider(self, name: str) -> Provider:
         return next(p for p in self.providers if p.name == name)
