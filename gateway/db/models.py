@@ -109,11 +109,15 @@ class UsageRecord(Base):
     queue_ms: Mapped[float | None] = mapped_column(Numeric(12, 3), default=None)
     # the client's own X-Request-ID (1-128 printable ASCII characters), when it sent one
     client_request_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    # the service tier the provider served the request at (its answer's `service_tier`), else the one
+    # the client asked for; None: neither said (gateway.metering.events)
+    service_tier: Mapped[str | None] = mapped_column(String(16), default=None)
 
 
 class UsageDaily(Base):
-    """The records' totals per UTC day and (team, key, model, provider, region, batch): what the
-    reports read for whole days. Kept by database triggers on usage_records (migration 0007), in
+    """The records' totals per UTC day and (team, key, model, provider, region, batch, service tier):
+    what the reports read for whole days. Kept by database triggers on usage_records (migrations
+    0007, 0013), in
     the statement that inserts, deletes or updates the records, so it always adds up to them."""
 
     __tablename__ = "usage_daily"
@@ -126,6 +130,7 @@ class UsageDaily(Base):
     provider: Mapped[str] = mapped_column(String(200), primary_key=True)
     region: Mapped[str] = mapped_column(String(100), primary_key=True)
     batch_id: Mapped[str] = mapped_column(String(128), primary_key=True)  # "" for none: never NULL in a key
+    service_tier: Mapped[str] = mapped_column(String(16), primary_key=True)  # "" for none, as batch_id
     requests: Mapped[int] = mapped_column(BigInteger)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     completion_tokens: Mapped[int] = mapped_column(BigInteger)
