@@ -127,6 +127,11 @@ class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The share taken off every rate for lines run by the provider's batch API (0.5: half price),
     # where price.batch_input / batch_output are not given
     batch_discount: Decimal | None = None
+    # How a batch quote counts this deployment's prompts (gateway.quotes.tokens): an OpenAI BPE
+    # (o200k_base, cl100k_base), or chars4 (4 characters a token of a `<|role|>text` rendering, a
+    # prefix cache of 16-token blocks: the simulated vLLM's). Unset: the model's own BPE where the
+    # upstream model is an OpenAI one, else the gateway's estimate.
+    tokenizer: str | None = None
 
 
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -313,6 +318,10 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must be a finite number")
                 if value is not None and value < 0:
                     raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
+            if deployment.tokenizer is not None and deployment.tokenizer not in TOKENIZERS:
+                raise ConfigError(
+                    f"{where}.deployments[{j}].tokenizer: must be one of {', '.join(TOKENIZERS)}"
+                )
             discount = deployment.batch_discount
             if discount is not None and not (discount.is_finite() and 0 <= discount <= 1):
                 raise ConfigError(f"{where}.deployments[{j}].batch_discount: must be between 0 and 1")
@@ -335,6 +344,7 @@ def _check_aliases(catalog: Catalog, path: Path, names: set[str]) -> None:
             taken[alias] = model.name
 
 
+TOKENIZERS = ("o200k_base", "cl100k_base", "chars4")  # gateway.quotes.tokens
 BATCH_EXECUTIONS = ("gateway", "provider")
 # The provider kinds whose own batch API the gateway can submit a job to (gateway.jobs.provider_batches)
 PROVIDER_BATCH_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.ANTHROPIC)
