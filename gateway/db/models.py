@@ -1,7 +1,7 @@
-"""Tables: teams, their API keys (hashes only), one usage record per upstream request and their
-daily totals, the usage events the database refused (dead letters), which team created which
-response id, the Responses the gateway stores; the Files and Batch APIs' files, jobs and their
-lines."""
+"""Tables: teams, their API keys (hashes only), one usage record per upstream request, their daily
+totals and each day's reconciliation with the providers' own reports, the usage events the
+database refused (dead letters), which team created which response id, the Responses the gateway
+stores; the Files and Batch APIs' files, jobs and their lines."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from decimal import Decimal
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Date,
     DateTime,
     Float,
@@ -139,6 +140,28 @@ class UsageDaily(Base):
     # whole units of 1e-10 USD (the records' money scale): integers, exact on SQLite too
     cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
     uncached_cost_units: Mapped[Decimal] = mapped_column(MoneyUnits)
+
+
+class UsageReconciliation(Base):
+    """A day's comparison of the records with a provider's own usage and cost reports, one row per
+    (day, provider, model, tier, measure) (gateway.reconciliation; migration 0014). `model` is the
+    provider's name for it (the records' upstream model); `tier` "default" for the provider's
+    standard one, "*" where its report has no tier; `difference` is the provider's figure less the
+    gateway's, `share` that over the larger of the two."""
+
+    __tablename__ = "usage_reconciliations"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    measure: Mapped[str] = mapped_column(String(16), primary_key=True)  # input, cached_input, output, cost
+    gateway: Mapped[Decimal] = mapped_column(Numeric(30, 10))  # tokens, or USD for cost
+    reported: Mapped[Decimal] = mapped_column(Numeric(30, 10))
+    difference: Mapped[Decimal] = mapped_column(Numeric(30, 10))
+    share: Mapped[float] = mapped_column(Float)
+    exceeded: Mapped[bool] = mapped_column(Boolean)  # |share| past the threshold when checked
+    checked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class UsageRetention(Base):
