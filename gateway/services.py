@@ -34,6 +34,7 @@ from gateway.dispatch.executor import Executor
 from gateway.dispatch.http1.pool import UpstreamPool
 from gateway.dispatch.httpx_bridge import HttpxUpstream
 from gateway.dispatch.upstream import UpstreamClient
+from gateway.idempotency import IdempotentRequests, open_idempotency
 from gateway.jobs.files.slots import FileSlots
 from gateway.jobs.files.store import FileStore, open_file_store
 from gateway.jobs.runner import JobRunner
@@ -86,6 +87,8 @@ class Services:
     pipeline: ProxyPipeline
     file_slots: FileSlots  # uploads and batch creates at once (files.max_concurrent)
     responses: StoredResponses  # the Responses kept for their team (`store: true`), their continuations
+    # requests with an Idempotency-Key: their answers kept for their repeats (in Redis when there is one)
+    idempotency: IdempotentRequests
     file_store: FileStore | None = None  # where the Files API keeps bytes; None: the database
     started_at: float = field(default_factory=time.time)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -302,6 +305,7 @@ def open_services(settings: Settings) -> Services:
         file_store=open_file_store(catalog.files),
         file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),
         responses=responses,
+        idempotency=open_idempotency(settings, redis),
     )
 
 

@@ -21,7 +21,7 @@ from gateway.limits import Limiter, Reservation, Reservations
 from gateway.metrics.instruments import Metrics
 from gateway.providers.base import Endpoint
 from gateway.proxy.correlation import read_correlation
-from gateway.proxy.relay import KeyStreams, StreamRelay
+from gateway.proxy.relay import FrameSource, KeyStreams
 from gateway.proxy.request import parse_request
 from gateway.proxy.service import Completed, ProxyContext, ProxyService
 from gateway.routing.deployment import Deployment
@@ -92,7 +92,9 @@ class ProxyExchange:
 class ProxyResult:
     headers: dict[str, str]
     body: bytes = b""
-    stream: StreamRelay | None = None  # an SSE stream instead of a body
+    # an SSE stream instead of a body: a StreamRelay, or a keyed stream (gateway.idempotency)
+    stream: FrameSource | None = None
+    status: int = 200  # another only for a kept error replayed (gateway.idempotency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,22 @@ class ProxyPipeline:
         The key is checked from the headers before `read_body` is awaited: a request refused for
         its key costs no upload, and the client is never told to send its body (`100 Continue`)."""
         principal = exchange.principal = await self.keys.authenticate(_authorization(headers, endpoint))
-        raw = await read_body()
+        return await self.answer(exchange, headers, principal, await read_body(), endpoint)
+
+    async def authenticate(self, headers: Mapping[str, str], endpoint: Endpoint) -> Principal:
+        """The caller's key, checked (what `run` does first), for a front that needs the team
+        before it runs the request (an idempotent one, gateway.idempotency)."""
+        return await self.keys.authenticate(_authorization(headers, endpoint))
+
+    async def answer(
+        self,
+        exchange: ProxyExchange,
+        headers: Mapping[str, str],
+        principal: Principal,
+        raw: bytes,
+        endpoint: Endpoint,
+    ) -> ProxyResult:
+        """The request of an authenticated `principal`, from its body on: parse, admit, proxy."""
         parsed = parse_request(raw, endpoint, self.max_messages)
         directives = parse_directives(headers, parsed.gateway_object)
         allowed = self.reservations.tokens(len(raw), parsed.max_output_tokens, parsed.choices)

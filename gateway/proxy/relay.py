@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -24,6 +25,19 @@ log = structlog.get_logger("gateway.proxy")
 StreamMeter = Callable[[OpenStream, int, str | None], Awaitable[None]]
 
 CLIENT_STALLED = "client_stalled"  # the error code of a stream whose client stopped taking bytes
+
+
+class FrameSource(Protocol):
+    """What the front relays (`gateway.api.front.sse_relay`): its frames, then one `close()`. A
+    `StreamRelay`, or a keyed stream recorded or replayed (`gateway.idempotency.recording`)."""
+
+    def frames(self) -> AsyncGenerator[bytes, None]: ...
+
+    def client_stalled(self, timeout_s: float) -> None:
+        """The client took nothing for `timeout_s`; called before `close()`."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class StreamSlot:

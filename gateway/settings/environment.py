@@ -107,6 +107,12 @@ class Settings(msgspec.Struct, frozen=True):
     # OTEL_SDK_DISABLED=true nor OTEL_<SIGNAL>_EXPORTER=none; the SDK reads the other OTEL_* itself
     otel_traces: bool = False
     otel_metrics: bool = False
+    # Idempotent retries (gateway.idempotency): how long an answer is kept for a repeat of its
+    # Idempotency-Key, how long a first request is waited for before a repeat runs itself, and the
+    # largest answer kept (a larger one's retry runs anew)
+    idempotency_window_s: float = 24 * 3600.0
+    idempotency_lease_s: float = 600.0
+    idempotency_max_answer_bytes: int = 4 * 1024 * 1024
 
 
 METERING_WRITERS = ("auto", "worker", "process", "external")
@@ -167,6 +173,10 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         trusted_proxies=_networks_env(env, "GATEWAY_TRUSTED_PROXIES"),
         otel_traces=_otlp_exports(env, "TRACES"),
         otel_metrics=_otlp_exports(env, "METRICS"),
+        idempotency_window_s=_positive_float_env(env, "GATEWAY_IDEMPOTENCY_WINDOW_S", 24 * 3600.0),
+        idempotency_lease_s=_positive_float_env(env, "GATEWAY_IDEMPOTENCY_LEASE_S", 600.0),
+        idempotency_max_answer_bytes=_positive_int_env(env, "GATEWAY_IDEMPOTENCY_MAX_ANSWER_BYTES")
+        or 4 * 1024 * 1024,
     )
 
 
@@ -291,6 +301,13 @@ def _bool_env(env: dict[str, str], name: str, default: bool) -> bool:
     if raw.lower() in ("false", "0", "no"):
         return False
     raise ConfigError(f"{name}: must be true or false, not {raw!r}")
+
+
+def _positive_float_env(env: dict[str, str], name: str, default: float) -> float:
+    value = _float_env(env, name, default)
+    if value <= 0:
+        raise ConfigError(f"{name}: must be more than 0")
+    return value
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:

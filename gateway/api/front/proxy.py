@@ -8,7 +8,8 @@ before Litestar routes anything. The front runs the `ProxyPipeline`, reads the b
 the key is checked, under the process's budget of bodies being read
 (`gateway.api.front.request_body`), and sends the ASGI messages; a stream is relayed frame by frame
 and stopped as soon as the client leaves, or stops taking what is sent
-(`gateway.api.front.sse_relay`). Litestar declares the same paths only to document them, and hands
+(`gateway.api.front.sse_relay`). A request with an `Idempotency-Key` runs once for its team's key,
+its repeats answered from the store (`gateway.idempotency`). Litestar declares the same paths only to document them, and hands
 the front the spellings of them its router also takes (`/v1/chat/completions/`): `ProxyFront.asgi`.
 """
 
@@ -23,15 +24,19 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from gateway.api.front.error_replies import (
     Asker,
     ErrorReply,
+    error_body,
     gateway_error_reply,
     http_error_reply,
     internal_error_reply,
+    request_id_header,
 )
 from gateway.api.front.request_body import BodyBudget, BodyTooLarge, ClientGone, RequestBody
 from gateway.api.front.sse_relay import SSE, relay_sse
 from gateway.errors import GatewayError
+from gateway.idempotency import IDEMPOTENCY_HEADER, idempotent_request
+from gateway.idempotency.service import ErrorAnswer
 from gateway.providers.base import Endpoint
-from gateway.proxy.exchange import ProxyExchange
+from gateway.proxy.exchange import ProxyExchange, ProxyResult
 from gateway.services import Services
 
 ENDPOINTS = {
@@ -69,7 +74,11 @@ class ProxyFront:
             if services is None:  # before the app's lifespan started, or after it ended: a 500
                 raise RuntimeError("The gateway's services are not open")
             body = RequestBody.of(receive, headers, self._max_body, self.body_budget)
-            result = await services.pipeline.run(exchange, headers, body.read, endpoint)
+            idempotency_key = headers.get(IDEMPOTENCY_HEADER)
+            if idempotency_key is None:
+                result = await services.pipeline.run(exchange, headers, body.read, endpoint)
+            else:
+                result = await _serve_once(services, exchange, headers, body, endpoint, idempotency_key)
         except GatewayError as exc:
             reply = gateway_error_reply(exc, _asker(exchange, scope, headers))
             return await _refuse(services, send, reply, body, scope["path"])
@@ -84,8 +93,36 @@ class ProxyFront:
             write_timeout_s = services.settings.catalog.limits.stream_write_timeout_s
             await relay_sse(receive, send, _encoded(SSE, result.headers), result.stream, write_timeout_s)
         else:
-            await _send(send, 200, result.headers, result.body)
+            await _send(send, result.status, result.headers, result.body)
         return None
+
+
+async def _serve_once(
+    services: Services,
+    exchange: ProxyExchange,
+    headers: dict[str, str],
+    body: RequestBody,
+    endpoint: Endpoint,
+    key: str,
+) -> ProxyResult:
+    """A request sent with an `Idempotency-Key`: run once for its team's key, its repeats given
+    the first answer (gateway.idempotency). The key is checked, and the body read, first: the
+    team scopes the key, the body is what a repeat must match."""
+    pipeline = services.pipeline
+    principal = exchange.principal = await pipeline.authenticate(headers, endpoint)
+    raw = await body.read()
+    path = "/v1/" + endpoint.value
+    keyed = idempotent_request(principal.team_id, key, "POST", path, raw)
+    run = partial(pipeline.answer, exchange, headers, principal, raw, endpoint)
+    return await services.idempotency.serve(
+        keyed, exchange.request_id, run, partial(_kept_error, path, exchange.request_id)
+    )
+
+
+def _kept_error(path: str, request_id: str, exc: GatewayError) -> ErrorAnswer:
+    """An upstream's error as its client is answered (its log line is written already)."""
+    headers = request_id_header(request_id) | exc.headers
+    return ErrorAnswer(exc.status, headers, error_body(exc.body().error, exc.status, path))
 
 
 # What a Litestar handler declares to hand its request to the front (gateway.app provides it).

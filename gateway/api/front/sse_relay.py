@@ -17,25 +17,14 @@ own close is all there is.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
-from typing import Any, Protocol
+from typing import Any
 
 from litestar.types import Receive, Send
 
+from gateway.proxy.relay import FrameSource
+
 SSE = (b"content-type", b"text/event-stream; charset=utf-8")
 TIMER_SLACK_S = 0.001  # uvloop's timers count whole milliseconds: one may fire that much early
-
-
-class FrameSource(Protocol):
-    """What is relayed (`gateway.proxy.relay.StreamRelay`): its frames, then one `close()`."""
-
-    def frames(self) -> AsyncGenerator[bytes, None]: ...
-
-    def client_stalled(self, timeout_s: float) -> None:
-        """The client took nothing for `timeout_s`; called before `close()`."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class WriteDeadline:

@@ -1,0 +1,206 @@
+"""One answer per key and team within the window: `IdempotentRequests.serve` runs the first request
+of a key, makes its repeats wait for it, replays its answer to them, and refuses (409) a repeat
+with another body.
+
+What is kept (docs/metering.md, "Idempotent retries"): a JSON answer, a whole stream, and an error
+an upstream gave that a retry would only get again (a 4xx other than 408, 409 and 429). A failure
+before any upstream was reached, and one the client should retry (a 5xx, a 429, a timeout), frees
+the key instead, so that the retry runs. An answer over `max_answer_bytes` is not kept either: its
+retry runs anew. Without a reachable store, a keyed request runs as an unkeyed one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, NamedTuple
+
+import structlog
+
+from gateway.errors import Conflict, GatewayError
+from gateway.idempotency.keys import IdempotentRequest
+from gateway.idempotency.recording import RecordedStream, StoredStream
+from gateway.idempotency.records import Claim, StoredAnswer
+from gateway.idempotency.redis_store import RedisIdempotencyStore
+from gateway.idempotency.store import IdempotencyStore, MemoryIdempotencyStore, StoreUnavailable
+from gateway.proxy.exchange import ProxyResult
+from gateway.proxy.relay import StreamRelay
+from gateway.redis.client import RedisClient
+from gateway.settings import Settings
+
+log = structlog.get_logger("gateway.idempotency")
+
+REPLAY_HEADER = "x-gateway-idempotent-replay"
+RETRY_STATUSES = frozenset({408, 409, 425, 429})  # 4xx a client is told to retry: never kept
+FIRST_POLL_S = 0.05  # a waiter looks again after this, then twice as long each time...
+MAX_POLL_S = 1.0  # ...up to this (a waiter in the first one's process is woken at once)
+
+
+class ErrorAnswer(NamedTuple):
+    """An error as its client was answered: what a retry is given again when it is kept."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class IdempotentRequests:
+    def __init__(
+        self, store: IdempotencyStore, window_s: float, lease_s: float, max_answer_bytes: int
+    ) -> None:
+        self.store = store
+        self.window_s = window_s
+        self.lease_s = lease_s  # how long a first request is waited for before a repeat runs itself
+        self.max_answer_bytes = max_answer_bytes
+        self._wakeups: dict[str, asyncio.Event] = {}  # slots this process's waiters wait on
+        self._running: set[asyncio.Task[Any]] = set()  # first requests, run on if abandoned
+
+    async def serve(
+        self,
+        request: IdempotentRequest,
+        request_id: str,
+        run: Callable[[], Awaitable[ProxyResult]],
+        error_answer: Callable[[GatewayError], ErrorAnswer],
+    ) -> ProxyResult:
+        """The answer to a keyed request: `run()`'s when it is the key's first (kept for its
+        repeats), else the first's, replayed; a Conflict (409) for another request under its key.
+        `error_answer` renders an error as the client is answered, to keep it."""
+        claim = Claim(request.fingerprint, request_id)
+        poll_s = FIRST_POLL_S
+        while True:
+            try:
+                held = await self.store.claim(request.slot, claim, self.lease_s)
+            except StoreUnavailable:
+                return await run()
+            if held is None:
+                return await self._first(request, claim, run, error_answer)
+            if held.fingerprint != request.fingerprint:
+                raise Conflict(
+                    "This Idempotency-Key was already used with another request (method, path or "
+                    "body) by your team; send a new key for a new request",
+                    param="Idempotency-Key",
+                    code="idempotency_key_reused",
+                )
+            if isinstance(held, StoredAnswer):
+                log.info(
+                    "idempotent_replay", request_id=request_id, replayed=held.headers.get("x-request-id")
+                )
+                return _replayed(held)
+            await self._wait(request.slot, poll_s)  # running: its answer, or its slot freed
+            poll_s = min(poll_s * 2, MAX_POLL_S)
+
+    async def _first(
+        self,
+        request: IdempotentRequest,
+        claim: Claim,
+        run: Callable[[], Awaitable[ProxyResult]],
+        error_answer: Callable[[GatewayError], ErrorAnswer],
+    ) -> ProxyResult:
+        """Run the key's first request in a task of its own: a client that leaves (or a request
+        cancelled) does not stop it, and its answer is kept for the retry."""
+        task = asyncio.create_task(self._run_first(request, claim, run, error_answer), name="idempotent")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_detach_stream)  # nobody will relay it: read on and keep it
+            raise
+
+    async def _run_first(
+        self,
+        request: IdempotentRequest,
+        claim: Claim,
+        run: Callable[[], Awaitable[ProxyResult]],
+        error_answer: Callable[[GatewayError], ErrorAnswer],
+    ) -> ProxyResult:
+        try:
+            result = await run()
+        except GatewayError as exc:
+            if exc.logged and exc.status < 500 and exc.status not in RETRY_STATUSES:  # an upstream's
+                answer = error_answer(exc)
+                await self._keep(request, claim, answer.status, answer.headers, body=answer.body)
+            else:
+                await self._release(request, claim)
+            raise
+        except BaseException:
+            await asyncio.shield(self._release(request, claim))
+            raise
+        if isinstance(result.stream, StreamRelay):
+            on_end = functools.partial(self._stream_ended, request, claim, result.headers)
+            recorded = RecordedStream(result.stream, self.max_answer_bytes, self.lease_s, on_end)
+            self._running.add(recorded.task)
+            recorded.task.add_done_callback(self._running.discard)
+            return ProxyResult(result.headers, stream=recorded)
+        await self._keep(request, claim, result.status, result.headers, body=result.body)
+        return result
+
+    async def _keep(
+        self,
+        request: IdempotentRequest,
+        claim: Claim,
+        status: int,
+        headers: dict[str, str],
+        *,
+        body: bytes = b"",
+        frames: list[bytes] | None = None,
+    ) -> None:
+        answer = StoredAnswer(request.fingerprint, status, headers, body, frames)
+        if answer.size() > self.max_answer_bytes:
+            log.info("idempotent_answer_not_kept", request_id=claim.owner, reason="over max_answer_bytes")
+            await self._release(request, claim)
+            return
+        await self.store.keep(request.slot, claim, answer, self.window_s)
+        self._wake(request.slot)
+
+    async def _stream_ended(
+        self, request: IdempotentRequest, claim: Claim, headers: dict[str, str], chunks: list[bytes] | None
+    ) -> None:
+        """A keyed stream has ended (and been metered): keep its chunks, or free its key."""
+        if chunks is None:
+            await self._release(request, claim)
+        else:
+            await self._keep(request, claim, 200, headers, frames=chunks)
+
+    async def _release(self, request: IdempotentRequest, claim: Claim) -> None:
+        await self.store.release(request.slot, claim)
+        self._wake(request.slot)
+
+    async def _wait(self, slot: str, timeout_s: float) -> None:
+        """Until this process's first request of `slot` ends, or `timeout_s` (one in another
+        process is polled for)."""
+        event = self._wakeups.get(slot)
+        if event is None:
+            event = self._wakeups[slot] = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
+
+    def _wake(self, slot: str) -> None:
+        event = self._wakeups.pop(slot, None)
+        if event is not None:
+            event.set()
+
+
+def _replayed(answer: StoredAnswer) -> ProxyResult:
+    headers = answer.headers | {REPLAY_HEADER: "true"}
+    if answer.frames is not None:
+        return ProxyResult(headers, stream=StoredStream(answer.frames), status=answer.status)
+    return ProxyResult(headers, body=answer.body, status=answer.status)
+
+
+def _detach_stream(task: asyncio.Task[ProxyResult]) -> None:
+    if not task.cancelled() and task.exception() is None and isinstance(task.result().stream, RecordedStream):
+        task.result().stream.detach()  # type: ignore[union-attr]
+
+
+def open_idempotency(settings: Settings, redis: RedisClient | None) -> IdempotentRequests:
+    """Slots in Redis when the gateway has one (every process sees them), else in this process."""
+    store: IdempotencyStore = RedisIdempotencyStore(redis) if redis is not None else MemoryIdempotencyStore()
+    return IdempotentRequests(
+        store,
+        settings.idempotency_window_s,
+        settings.idempotency_lease_s,
+        settings.idempotency_max_answer_bytes,
+    )
