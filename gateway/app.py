@@ -33,6 +33,7 @@ from gateway.api.front.error_replies import (
 )
 from gateway.api.front.proxy import ENDPOINTS, ProxyFront
 from gateway.api.gateway.batches import BATCH_HANDLERS
+from gateway.api.gateway.quotes import QUOTE_HANDLERS
 from gateway.api.gateway.usage import USAGE_HANDLERS
 from gateway.api.openai.batches import BATCH_JOB_HANDLERS
 from gateway.api.openai.files import FILE_HANDLERS
@@ -179,6 +180,7 @@ def create_app(settings: Settings, *, on_started: Callable[[], None] | None = No
             *MESSAGES_HANDLERS,
             *MESSAGE_BATCH_HANDLERS,
             *BATCH_HANDLERS,
+            *QUOTE_HANDLERS,
             *FILE_HANDLERS,
             *BATCH_JOB_HANDLERS,
             *USAGE_HANDLERS,
