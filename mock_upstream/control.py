@@ -9,6 +9,7 @@
 | DELETE /_mock/requests     | clear the record and the stats                          |
 | GET /_mock/stats           | `{"total": n, "paths": {path: count}}`                  |
 | DELETE /_mock/cache        | forget every prompt-cache prefix                        |
+| /_mock/reports/...         | admin reports' prices, drift (usage_reports)            |
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mock_upstream.behaviour import (
 from mock_upstream.cache import PromptCache
 from mock_upstream.recorder import BodyTooDeep, RequestRecorder, parse_body
 from mock_upstream.replies import MockReply, json_reply
+from mock_upstream.usage_reports import MockBill
 
 
 class Controlled(Protocol):
@@ -37,6 +39,7 @@ class Controlled(Protocol):
     behaviour: MockBehaviour
     recorder: RequestRecorder
     cache: PromptCache
+    bill: MockBill
 
     def set_behaviour(self, behaviour: MockBehaviour) -> None: ...
 
@@ -64,6 +67,8 @@ def control_reply(upstream: Controlled, method: str, path: str, body: bytes) -> 
         return MockReply(204, [])
     if path == "/_mock/stats" and method == "GET":
         return json_reply(200, msgspec.json.encode(upstream.recorder.stats()))
+    if path.startswith("/_mock/reports"):
+        return upstream.bill.control(method, path, body)
     if path == "/_mock/cache" and method == "DELETE":
         upstream.cache.clear()
         return MockReply(204, [])

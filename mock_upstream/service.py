@@ -33,6 +33,7 @@ from mock_upstream.routes import (
     match_route,
     request_problem,
 )
+from mock_upstream.usage_reports import MockBill, report_route
 
 GARBAGE_BODY = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
@@ -65,6 +66,7 @@ class MockUpstream:
     record_limit: int = MAX_RECORDED
     cache: PromptCache = field(default_factory=PromptCache)
     batches: MockBatches = field(default_factory=MockBatches)  # the batch APIs' files and batches
+    bill: MockBill = field(default_factory=MockBill)  # what it served, as its admin reports tell it
 
     def __post_init__(self) -> None:
         self.recorder = RequestRecorder(self.record_limit)
@@ -85,6 +87,9 @@ class MockUpstream:
             self.recorder.record(request.method, request.path, request.query, request.headers, None)
             return error_reply(api_of_path(request.path), 400, TOO_DEEP)
         self.recorder.record(request.method, request.path, request.query, request.headers, body)
+        report = report_route(request.method, request.path)
+        if report is not None:
+            return self.bill.reply(*report, request.headers, request.query)
         route = match_route(request.method, request.path)
         if route is None:
             return error_reply(
@@ -98,7 +103,9 @@ class MockUpstream:
             return MockReply(200, [], hang=True)
         if behaviour.latency_ms:
             await asyncio.sleep(behaviour.latency_ms / 1000)
-        return self._answer(route, request, body, behaviour)
+        reply = self._answer(route, request, body, behaviour)
+        self.bill.count(route, body, reply)
+        return reply
 
     def _effective(self, request: MockRequest, body: Any) -> MockBehaviour:
         behaviour = with_overrides(self.behaviour, header_overrides(request.headers.get("x-mock-behaviour")))

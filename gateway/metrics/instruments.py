@@ -19,9 +19,12 @@ the live workers (`livesum`), each publishing its own every second and whenever 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -46,6 +49,25 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 _LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 _QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 PUBLISH_INTERVAL_S = 1.0  # how stale another worker's own gauges may be in a scrape
+
+
+class Reconciled(Protocol):
+    """One measure of a reconciled day (a `gateway.reconciliation.comparison.Finding`)."""
+
+    @property
+    def day(self) -> date: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def measure(self) -> str: ...
+    @property
+    def difference(self) -> Decimal: ...
+    @property
+    def share(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +190,27 @@ class Metrics:
             "Usage events the database refused, kept in usage_dead_letters for an operator",
             registry,
         )
+        reconciled = ["provider", "model", "tier", "measure"]
+        self.reconciliation_ratio = _shared_gauge(
+            "gateway_reconciliation_difference_ratio",
+            "A provider's own report less the gateway's records, over the larger of the two, on its "
+            "latest reconciled day (measure: input, cached_input, output, cost)",
+            registry,
+            reconciled,
+        )
+        self.reconciliation_difference = _shared_gauge(
+            "gateway_reconciliation_difference",
+            "A provider's own report less the gateway's records on its latest reconciled day "
+            "(tokens; USD for cost)",
+            registry,
+            reconciled,
+        )
+        self.reconciliation_day = _shared_gauge(
+            "gateway_reconciliation_day_timestamp_seconds",
+            "The start (UTC) of the latest day reconciled with the provider's own reports",
+            registry,
+            ["provider"],
+        )
         self.queue_depth = _worker_gauge(
             "gateway_queue_depth", "Requests waiting for capacity", ["provider", "priority"], registry
         )
@@ -226,6 +269,18 @@ class Metrics:
         """A request answered with an error of the gateway's own before any upstream was tried."""
         self.requests_refused.labels(endpoint_label(path), str(status), code_label(code)).inc()
 
+    def show_reconciliation(self, findings: Iterable[Reconciled]) -> None:
+        """Each provider's latest reconciled day (gateway.reconciliation), in place of the last shown."""
+        if not self.shared:  # a worker's files keep their series: the newer values replace them
+            self.reconciliation_ratio.clear()
+            self.reconciliation_difference.clear()
+        for finding in findings:
+            labels = (finding.provider, finding.model, finding.tier, str(finding.measure))
+            self.reconciliation_ratio.labels(*labels).set(finding.share)
+            self.reconciliation_difference.labels(*labels).set(float(finding.difference))
+            day_start = datetime.combine(finding.day, time.min, UTC).timestamp()
+            self.reconciliation_day.labels(finding.provider).set(day_start)
+
     def watch_scheduler(self, scheduler: Scheduler) -> None:
         """Queue depths and what is in flight at each replica, read from `scheduler` when published."""
         self._scheduler = scheduler
@@ -259,9 +314,12 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def _shared_gauge(name: str, documentation: str, registry: CollectorRegistry | None) -> Gauge:
-    """A gauge of state every worker sees alike, set at scrape time: the scraped worker's value."""
-    return Gauge(name, documentation, registry=registry, multiprocess_mode="mostrecent")
+def _shared_gauge(
+    name: str, documentation: str, registry: CollectorRegistry | None, labels: Sequence[str] = ()
+) -> Gauge:
+    """A gauge of state every worker sees alike, set at scrape time (or when the state changes):
+    the value set last, by whichever worker."""
+    return Gauge(name, documentation, labels, registry=registry, multiprocess_mode="mostrecent")
 
 
 def _worker_gauge(
