@@ -1,14 +1,20 @@
 """`gateway usage`: the usage report as a table (or CSV/JSON) in the terminal, from the records, teams
 named by their names (`--team` takes a name or an id);
 `gateway usage partitions`: usage_records' month partitions created ahead and expired ones dropped
-(gateway.metering.storage.upkeep), as the usage writer does daily."""
+(gateway.metering.storage.upkeep), as the usage writer does daily;
+`gateway usage reconcile`: a day's records beside each provider's own usage and cost reports
+(gateway.reconciliation), stored as the daily run stores them; exit 3 past the threshold."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, date, datetime
+import sys
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
+import httpx
 import msgspec
+import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.commands.database import run_in_transaction
@@ -26,8 +32,12 @@ from gateway.metering.reports.usage import (
 from gateway.metering.storage.partitions import is_partitioned, month_partitions
 from gateway.metering.storage.retention import records_from
 from gateway.metering.storage.upkeep import UsageUpkeep, keep_usage_storage
+from gateway.reconciliation.comparison import Finding, Measure
+from gateway.reconciliation.daily import REPORT_TIMEOUT_S, reconcile_provider
+from gateway.reconciliation.reports import ProviderReportError, reconcilable
 from gateway.settings import Settings
 
+PAST_THRESHOLD = 3  # `gateway usage reconcile`: a difference past the threshold
 TOTALS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
 
 
@@ -106,6 +116,73 @@ def cmd_usage_partitions(args: argparse.Namespace) -> int:
     return run_in_transaction(work)
 
 
+def cmd_usage_reconcile(args: argparse.Namespace) -> int:
+    day = date.fromisoformat(args.day) if args.day else datetime.now(UTC).date() - timedelta(days=1)
+
+    async def work(settings: Settings, session: AsyncSession) -> int:
+        catalog = settings.catalog
+        if args.threshold is not None:
+            reconciliation = msgspec.structs.replace(catalog.reconciliation, threshold=args.threshold)
+            catalog = msgspec.structs.replace(catalog, reconciliation=reconciliation)
+        providers = [p for p in catalog.providers if reconcilable(p) and args.provider in (None, p.name)]
+        if not providers:
+            print(
+                "no provider to reconcile: an openai or anthropic provider needs admin_api_key",
+                file=sys.stderr,
+            )
+            return 1
+        log = structlog.get_logger("gateway.reconciliation")
+        findings: list[Finding] = []
+        failed = False
+        async with httpx.AsyncClient(timeout=httpx.Timeout(REPORT_TIMEOUT_S)) as http:
+            for provider in providers:
+                try:
+                    async with session.begin_nested():
+                        findings += await reconcile_provider(session, catalog, provider, day, http, log)
+                except ProviderReportError as exc:
+                    print(f"gateway: {provider.name}: {exc}", file=sys.stderr)
+                    failed = True
+        print(_reconciliation_table(findings, catalog.reconciliation.threshold))
+        if any(f.exceeded for f in findings):
+            return PAST_THRESHOLD
+        return 1 if failed else 0
+
+    return run_in_transaction(work)
+
+
+def _reconciliation_table(findings: list[Finding], threshold: float) -> str:
+    def amount(finding: Finding, value: Decimal) -> str:
+        return money_str(value) if finding.measure is Measure.COST else str(int(value))
+
+    rows = [
+        [
+            f.day.isoformat(),
+            f.provider,
+            f.model,
+            f.tier,
+            f.measure.value,
+            amount(f, f.gateway),
+            amount(f, f.reported),
+            amount(f, f.difference),
+            f"{f.share:+.2%}",
+            "PAST" if f.exceeded else "ok",
+        ]
+        for f in findings
+    ]
+    headers = [
+        "day",
+        "provider",
+        "model",
+        "tier",
+        "measure",
+        "gateway",
+        "provider_report",
+        "difference",
+        "share",
+    ]
+    return render_table([*headers, f"threshold {threshold:.2%}"], rows)
+
+
 def add_usage_parser(commands: argparse._SubParsersAction) -> None:
     usage = commands.add_parser("usage", help="print a usage report from the metered records")
     usage.add_argument(
@@ -120,7 +197,7 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:
     usage.add_argument("--batch")
     usage.add_argument("--format", choices=("table", "csv", "json"), default="table")
     usage.set_defaults(func=cmd_usage)
-    actions = usage.add_subparsers(title="maintenance", metavar="{partitions}")
+    actions = usage.add_subparsers(title="maintenance", metavar="{partitions,reconcile}")
     partitions = actions.add_parser(
         "partitions",
         help="create usage_records' month partitions ahead and drop expired ones (PostgreSQL)",
@@ -133,3 +210,14 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:
         help="months after the current one (default GATEWAY_USAGE_PARTITIONS_AHEAD, 3)",
     )
     partitions.set_defaults(func=cmd_usage_partitions)
+    reconcile = actions.add_parser(
+        "reconcile",
+        help="compare a day's records with each provider's own usage and cost reports (admin_api_key); "
+        "exit 3 when a difference is past the threshold",
+    )
+    reconcile.add_argument("--day", help="the UTC day, YYYY-MM-DD (default: yesterday)")
+    reconcile.add_argument("--provider", help="only this provider (its catalog name)")
+    reconcile.add_argument(
+        "--threshold", type=float, help="the share past which a difference fails (default: the catalog's)"
+    )
+    reconcile.set_defaults(func=cmd_usage_reconcile)

@@ -13,9 +13,14 @@ from gateway.db.models import UsageReconciliation, UsageRecord
 from gateway.reconciliation.comparison import Finding, Ledger, Measure, Tokens, tier_name
 from gateway.reconciliation.reports import day_bounds
 
+# Records the completions and messages reports leave out: embeddings have a report of their own,
+# which is not read; a token count is free.
+UNREPORTED_ENDPOINTS = ("embeddings", "messages/count_tokens")
+
 
 async def gateway_ledger(session: AsyncSession, provider: str, day: date) -> Ledger:
-    """The records' totals of `day` (UTC, by arrival) for `provider`, per upstream model and tier."""
+    """The records' totals of `day` (UTC, by arrival) for `provider`, per upstream model and tier,
+    of the endpoints the providers' reports cover."""
     start, end = day_bounds(day)
     record = UsageRecord
     rows = await session.execute(
@@ -28,6 +33,7 @@ async def gateway_ledger(session: AsyncSession, provider: str, day: date) -> Led
             func.coalesce(func.sum(record.cost), 0),
         )
         .where(record.provider == provider, record.created_at >= start, record.created_at < end)
+        .where(record.endpoint.not_in(UNREPORTED_ENDPOINTS))
         .group_by(record.upstream_model, record.service_tier)
     )
     ledger = Ledger()
