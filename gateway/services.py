@@ -46,6 +46,8 @@ from gateway.metrics.instruments import Metrics
 from gateway.proxy.exchange import ProxyPipeline
 from gateway.proxy.relay import KeyStreams
 from gateway.proxy.service import ProxyService
+from gateway.reconciliation.daily import reconcile_daily
+from gateway.reconciliation.reports import reconcilable
 from gateway.redis.client import RedisClient, durability_of, redis_client
 from gateway.redis.group_commit import PipelineBatcher
 from gateway.responses_store.continuation import StoredResponses
@@ -63,6 +65,7 @@ from mock_upstream.behaviour import MockBehaviour
 from mock_upstream.transport import InProcessMockTransport
 
 log = structlog.get_logger("gateway.services")
+reconcile_log = structlog.get_logger("gateway.reconciliation")
 HEALTH_REFRESH_S = 1.0
 LOOP_LAG_PROBE_S = 0.1  # ten timers a second: nothing against the requests it watches
 REDIS_CONFIG_TIMEOUT_S = 5.0
@@ -113,6 +116,9 @@ class Services:
         self.executor.scheduler.start()
         if self.settings.run_jobs and self.settings.catalog.jobs.runner:
             self.start_jobs()
+        if any(reconcilable(p) for p in self.settings.catalog.providers):  # one process at a time works
+            reconciling = reconcile_daily(self.sessions, self.settings.catalog, self.metrics, reconcile_log)
+            self.tasks.append(asyncio.create_task(reconciling, name="reconciliation"))
         if self.redis is not None:
             self.tasks.append(
                 asyncio.create_task(self.key_cache.run_invalidation_listener(), name="key-invalidation")
