@@ -4,16 +4,19 @@ A deployment's `Price` (decimals, as configured) becomes a `Tariff` once, when t
 loaded: each rate as a whole number of 10**-scale USD per million tokens, `scale` the most decimal
 places any of its rates has. A request's cost is then a sum of integer products, exact, made a
 `Decimal` once, instead of a chain of `Decimal` products, sums and a division on every request.
-A tariff's `batch` is the price of the lines a provider's own batch API runs (`batch_price`).
+A tariff's `batch` is the price of the lines a provider's own batch API runs (`batch_price`), and
+`tier(name)` the price of a request served at a service tier (`tier_price`).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, Inexact, localcontext
+from fractions import Fraction
 from functools import cached_property
 
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
+from gateway.settings.catalog import PRICED_TIERS, TierMultipliers
 
 PER_MILLION_DIGITS = 6  # prices are per million tokens
 
@@ -22,9 +25,19 @@ class Tariff:
     """A price in integers: `input`, `cached_input`, `cache_write` and `output` in units of
     10**-`scale` USD per million tokens (the cache rates already fallen back to `input`)."""
 
-    def __init__(self, price: Price, batch_discount: Decimal | None = None) -> None:
+    def __init__(
+        self,
+        price: Price,
+        batch_discount: Decimal | None = None,
+        *,
+        service_tier: str | None = None,
+        normal: Tariff | None = None,
+    ) -> None:
         self._price = price
         self._batch_discount = batch_discount
+        self.service_tier = service_tier  # the tier this tariff prices; None: the normal price
+        self._normal = normal  # the tariff whose tier this is (None: this is the normal one)
+        self._tiers: dict[str, Tariff] = {}
         cached_input = price.input if price.cached_input is None else price.cached_input
         cache_write = price.input if price.cache_write is None else price.cache_write
         rates = (price.input, cached_input, cache_write, price.output)
@@ -40,6 +53,23 @@ class Tariff:
     def batch(self) -> Tariff:
         """The tariff of lines run by the provider's batch API (`batch_price`)."""
         return Tariff(batch_price(self._price, self._batch_discount))
+
+    def tier(self, name: str | None) -> Tariff:
+        """The tariff of a request served at service tier `name`: flex and priority at their own
+        prices (`tier_price`), built once; any other tier (auto, default, one the catalog has no
+        prices for, such as OpenAI's `scale`) and None at the normal price. A tier's tariff answers
+        as the normal one does, so that a request priced at the tier it asked for can be priced
+        again at the tier it was served at."""
+        normal = self._normal or self
+        if name not in PRICED_TIERS:
+            return normal
+        assert name is not None
+        tariff = normal._tiers.get(name)
+        if tariff is None:
+            price = tier_price(normal._price, name)
+            tariff = Tariff(price, normal._batch_discount, service_tier=name, normal=normal)
+            normal._tiers[name] = tariff
+        return tariff
 
     def cost(self, usage: TokenUsage) -> Decimal:
         """What the request costs: cached reads and cache writes at their own prices; never negative."""
@@ -76,6 +106,55 @@ def batch_price(price: Price, discount: Decimal | None) -> Price:
         cached_input=discounted(price.cached_input),
         cache_write=discounted(price.cache_write),
     )
+
+
+def tier_price(price: Price, tier: str) -> Price:
+    """The price of a request served at `tier` (flex or priority). Input and output: the tier's own
+    rate (`flex_input`...) where given, else the normal rate times the tier's multiplier
+    (`tier_multipliers`), else the normal rate. Cached input: the tier's own rate, else the normal
+    cached rate (and the cache-write rate, which has no tier field) times the multiplier, else
+    scaled as the tier's input was scaled from the normal input (flex_input half of input: the
+    cached rate halved too), else as normal. A rate left unset stays unset (and falls back to
+    input, as in any price)."""
+    multiplier = getattr(price.tier_multipliers or TierMultipliers(), tier)
+    own_input = getattr(price, f"{tier}_input")
+    share = multiplier if multiplier is not None else _share(own_input, price.input)
+
+    def scaled(rate: Decimal | None, by: Decimal | None) -> Decimal | None:
+        return rate if rate is None or by is None else rate * by
+
+    def rate(name: str, normal: Decimal | None, by: Decimal | None) -> Decimal | None:
+        own: Decimal | None = getattr(price, f"{tier}_{name}")
+        return own if own is not None else scaled(normal, by)
+
+    input_rate = rate("input", price.input, multiplier)
+    output_rate = rate("output", price.output, multiplier)
+    assert input_rate is not None and output_rate is not None  # input and output are always set
+    return Price(
+        input=input_rate,
+        output=output_rate,
+        cached_input=rate("cached_input", price.cached_input, share),
+        cache_write=scaled(price.cache_write, share),
+    )
+
+
+def _share(tier_rate: Decimal | None, normal_rate: Decimal) -> Decimal | None:
+    """`tier_rate` as a share of `normal_rate`, exactly; None without both, or where the share is
+    no finite decimal (the catalog refuses such a price: gateway.settings.catalog)."""
+    if tier_rate is None or not normal_rate:
+        return None
+    return exact_decimal(Fraction(tier_rate) / Fraction(normal_rate))
+
+
+def exact_decimal(value: Fraction) -> Decimal | None:
+    """`value` as a Decimal with no rounding; None where it has no finite decimal expansion."""
+    with localcontext() as context:
+        context.prec = 200  # far more digits than any two configured rates divided can need
+        context.traps[Inexact] = True
+        try:
+            return Decimal(value.numerator) / Decimal(value.denominator)
+        except Inexact:
+            return None
 
 
 def _counts(usage: TokenUsage) -> tuple[int, int, int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from enum import Enum
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -107,9 +108,23 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return (self.base_url.rstrip("/"),) if self.base_url else ()
 
 
+# The service tiers a request may ask for (OpenAI's `service_tier`), and those priced apart from
+# the normal price: `auto` and `default` are billed at it (gateway.metering.pricing.Tariff.tier)
+SERVICE_TIERS = ("auto", "default", "flex", "priority")
+PRICED_TIERS = ("flex", "priority")
+
+
+class TierMultipliers(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What each rate is multiplied by at a tier whose own rate is not given (0.5: half price)."""
+
+    flex: Decimal | None = None
+    priority: Decimal | None = None
+
+
 class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """USD per million tokens; cached_input and cache_write fall back to input. batch_input and
-    batch_output price the lines a provider's own batch API ran (gateway.metering.pricing)."""
+    batch_output price the lines a provider's own batch API ran; flex_* and priority_* (or
+    `tier_multipliers`) the requests served at that service tier (gateway.metering.pricing)."""
 
     input: Decimal = Decimal(0)
     output: Decimal = Decimal(0)
@@ -117,6 +132,25 @@ class Price(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cache_write: Decimal | None = None
     batch_input: Decimal | None = None
     batch_output: Decimal | None = None
+    flex_input: Decimal | None = None
+    flex_output: Decimal | None = None
+    flex_cached_input: Decimal | None = None
+    priority_input: Decimal | None = None
+    priority_output: Decimal | None = None
+    priority_cached_input: Decimal | None = None
+    tier_multipliers: TierMultipliers | None = None
+
+
+# the rates a price gives, each a Decimal or None (`tier_multipliers` are checked beside them)
+PRICE_RATES = (
+    "input",
+    "output",
+    "cached_input",
+    "cache_write",
+    "batch_input",
+    "batch_output",
+    *(f"{tier}_{rate}" for tier in PRICED_TIERS for rate in ("input", "output", "cached_input")),
+)
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -312,12 +346,7 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                 )
             if deployment.weight <= 0:
                 raise ConfigError(f"{where}.deployments[{j}].weight: must be positive")
-            for field in ("input", "output", "cached_input", "cache_write", "batch_input", "batch_output"):
-                value = getattr(deployment.price, field)
-                if value is not None and not value.is_finite():
-                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must be a finite number")
-                if value is not None and value < 0:
-                    raise ConfigError(f"{where}.deployments[{j}].price.{field}: must not be negative")
+            _check_price(deployment.price, f"{where}.deployments[{j}].price")
             if deployment.tokenizer is not None and deployment.tokenizer not in TOKENIZERS:
                 raise ConfigError(
                     f"{where}.deployments[{j}].tokenizer: must be one of {', '.join(TOKENIZERS)}"
@@ -327,6 +356,38 @@ def _check_references(catalog: Catalog, path: Path) -> None:
                 raise ConfigError(f"{where}.deployments[{j}].batch_discount: must be between 0 and 1")
     _check_aliases(catalog, path, names)
     _check_tuning(catalog, path)
+
+
+def _check_price(price: Price, where: str) -> None:
+    """Every rate and tier multiplier finite and not negative."""
+    multipliers = price.tier_multipliers or TierMultipliers()
+    values = {field: getattr(price, field) for field in PRICE_RATES}
+    values.update({f"tier_multipliers.{tier}": getattr(multipliers, tier) for tier in PRICED_TIERS})
+    for field, value in values.items():
+        if value is not None and not value.is_finite():
+            raise ConfigError(f"{where}.{field}: must be a finite number")
+        if value is not None and value < 0:
+            raise ConfigError(f"{where}.{field}: must not be negative")
+    for tier in PRICED_TIERS:
+        own_input = getattr(price, f"{tier}_input")
+        if own_input is None or not price.input or getattr(multipliers, tier) is not None:
+            continue  # the cached rates are scaled by the multiplier, or not at all
+        own_cached = getattr(price, f"{tier}_cached_input")
+        scaled = price.cache_write is not None or (price.cached_input is not None and own_cached is None)
+        if scaled and not _finite_decimal(Fraction(own_input) / Fraction(price.input)):
+            raise ConfigError(
+                f"{where}.{tier}_input: no exact decimal share of input, so the cached rates cannot "
+                f"be scaled by it: give {tier}_cached_input (and no cache_write), or tier_multipliers.{tier}"
+            )
+
+
+def _finite_decimal(share: Fraction) -> bool:
+    """Whether `share` (a quotient of two configured rates) has a finite decimal expansion."""
+    denominator = share.denominator
+    for factor in (2, 5):
+        while denominator % factor == 0:
+            denominator //= factor
+    return denominator == 1
 
 
 def _check_aliases(catalog: Catalog, path: Path, names: set[str]) -> None:
