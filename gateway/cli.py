@@ -183,6 +183,7 @@ def _store_problems(settings: Settings) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gateway.commands.batches import add_batches_parser
     from gateway.commands.keys import add_key_parsers
     from gateway.commands.teams import add_team_parsers
     from gateway.commands.usage import add_usage_parser
@@ -227,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_team_parsers(commands)
     add_key_parsers(commands)
     add_usage_parser(commands)
+    add_batches_parser(commands)
     add_mock_upstream_parser(commands)
     return parser
 

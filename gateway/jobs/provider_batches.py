@@ -43,6 +43,7 @@ from gateway.errors import GatewayError, InvalidRequest, QuotaExceeded, RateLimi
 from gateway.jobs import ledger
 from gateway.jobs.ledger import Claim, LineOutcome, PendingLine
 from gateway.jobs.line_sender import line_cache_key, pacing_s, pause_reason
+from gateway.jobs.placement import runs_lines
 from gateway.jobs.provider_batch_api import ProviderBatchApi, batch_api_for, chat_call, line_body
 from gateway.limits import Admission, Limiter, Reservation
 from gateway.limits.holds import HOLD_TTL_S
@@ -131,7 +132,10 @@ class ProviderBatches:
         self, job: BatchJob, principal: Principal, directives: Directives
     ) -> Deployment | None:
         """The job's deployment if its provider runs the job itself, else None (the gateway runs
-        its lines, and their sends report whatever keeps the job from being placed)."""
+        its lines, and their sends report whatever keeps the job from being placed). A job placed
+        on a lane the gateway runs (`gateway.jobs.placement`) is run by the gateway."""
+        if runs_lines(job):
+            return None
         try:
             eligible = eligible_deployments(job.model or "", directives, principal, self._table)
             if not any(d.provider.batch_execution == "provider" for d in eligible):

@@ -28,6 +28,7 @@ from gateway.jobs.files.repository import BATCH_INPUT, delete_file, file_chunks,
 from gateway.jobs.files.store import FileStore
 from gateway.jobs.input_lines import CHECK_CHUNK_BYTES, InputCheck, InputLine, InputVerdict
 from gateway.jobs.pages import page_after
+from gateway.jobs.placement import placed_window, placement_rule
 from gateway.providers.base import Endpoint
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import NO_DIRECTIVES, Directives, parse_directives
@@ -214,7 +215,7 @@ async def _new_job(session: AsyncSession, request: JobRequest, input_file_id: st
         directives=stored_directives(request.directives),
         request_total=0,
         created_at=now,
-        expires_at=now + COMPLETION_WINDOWS[spec.completion_window],
+        expires_at=now + _window(spec),
         status="validating",
     )
     session.add(job)
@@ -268,10 +269,19 @@ def _check_served(spec: BatchCreate) -> None:
             param="endpoint",
             code="unsupported",
         )
+    _window(spec)
+
+
+def _window(spec: BatchCreate) -> timedelta:
+    """How long the job has: 24h, as OpenAI's; 1h to 24h for a job asking for a placement (its
+    deadline, `gateway.jobs.placement`)."""
+    if placement_rule(spec.metadata) is not None:
+        return placed_window(spec.completion_window)
     if spec.completion_window not in COMPLETION_WINDOWS:
         raise InvalidRequest(
             f"completion_window must be one of: {', '.join(COMPLETION_WINDOWS)}.", param="completion_window"
         )
+    return COMPLETION_WINDOWS[spec.completion_window]
 
 
 def _team_jobs(team_id: str, endpoint: str | None = None) -> Select[BatchJob]:

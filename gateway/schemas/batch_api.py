@@ -15,6 +15,7 @@ from typing import TypeVar
 from msgspec import UNSET, Raw, Struct, UnsetType
 
 from gateway.schemas.admin import Id
+from gateway.schemas.quotes import JobPlacement
 
 # A Batch's usage has the Responses API's shape; its details are declared there, named here too
 # for the modules that build a Batch.
@@ -96,6 +97,8 @@ class GatewayPlacement(Struct):
 
     deployment: str | None
     paused_reason: str | None
+    # a job placed by `metadata.gateway_placement`: the rule, the lane and its quote (absent otherwise)
+    placement: JobPlacement | UnsetType = UNSET
 
 
 class Batch(Struct):

@@ -18,12 +18,14 @@ from litestar.params import FromPath
 from msgspec import UNSET, UnsetType
 
 from gateway.api.admin.body import decode_body
+from gateway.api.gateway.quotes import quoter
 from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
 from gateway.jobs import repository as batches
+from gateway.jobs.placement import job_placement, place_job, placement_rule
 from gateway.schemas.batch_api import (
     Batch,
     BatchCreate,
@@ -91,7 +93,7 @@ def batch_object(job: BatchJob) -> Batch:
             input_tokens_details=InputTokensDetails(job.cached_tokens),
             output_tokens_details=OutputTokensDetails(),
         ),
-        gateway=GatewayPlacement(job.deployment, job.paused_reason),
+        gateway=GatewayPlacement(job.deployment, job.paused_reason, present(job_placement(job))),
         model=present(job.model),
         errors=_errors(job),
         output_file_id=present(job.output_file_id),
@@ -119,10 +121,12 @@ def _json(payload: object) -> Response[bytes]:
 async def create_batch(
     request: Request, services: ServicesDependency, principal: PrincipalDependency
 ) -> Response[bytes]:
-    """A bad input file still makes a batch: `failed`, its `errors` naming the lines."""
+    """A bad input file still makes a batch: `failed`, its `errors` naming the lines. A job asking
+    for a placement is quoted and placed before the create answers (`gateway.jobs.placement`)."""
     spec = decode_body(await request.body(), BatchCreate)
     batches.check_metadata(spec.metadata)
     directives = batches.job_directives(request.headers, spec.metadata)
+    rule = placement_rule(spec.metadata)
     async with services.file_slots.held(), services.sessions.begin() as session:
         job = await batches.create_job(
             session,
@@ -130,6 +134,8 @@ async def create_batch(
             services.table,
             store=services.file_store,
         )
+        if rule is not None and job.status != "failed":
+            await place_job(session, job, rule, principal, directives, quoter(services))
     services.job_created()
     return _json(batch_object(job))
 
