@@ -33,6 +33,8 @@ from gateway.settings import Settings
 log = structlog.get_logger("gateway.idempotency")
 
 REPLAY_HEADER = "x-gateway-idempotent-replay"
+# The OpenAI and Anthropic SDKs retry a 409 unless told not to: the same request would only get it again.
+NO_RETRY = {"x-should-retry": "false"}
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # 4xx a client is told to retry: never kept
 FIRST_POLL_S = 0.05  # a waiter looks again after this, then twice as long each time...
 MAX_POLL_S = 1.0  # ...up to this (a waiter in the first one's process is woken at once)
@@ -82,6 +84,7 @@ class IdempotentRequests:
                     "body) by your team; send a new key for a new request",
                     param="Idempotency-Key",
                     code="idempotency_key_reused",
+                    headers=NO_RETRY,
                 )
             if isinstance(held, StoredAnswer):
                 log.info(
