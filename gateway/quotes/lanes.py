@@ -14,11 +14,11 @@ from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.policy import eligible_deployments
 from gateway.settings import Catalog
-from gateway.settings.catalog import PROVIDER_BATCH_KINDS, DeploymentSpec
+from gateway.settings.catalog import PRICED_TIERS, PROVIDER_BATCH_KINDS, DeploymentSpec
 
 GATEWAY, PROVIDER = "gateway", "provider"  # who sends a lane's lines
-# The service tiers a deployment may price besides its default, fastest first
-TIERS = ("priority", "flex")
+# The service tiers a deployment may price besides its default (a lane each where it does)
+TIERS = PRICED_TIERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +40,16 @@ def rate(tariff: Tariff, units: int) -> Decimal:
     return Decimal(units).scaleb(-tariff.scale)
 
 
-def tier_tariff(spec: DeploymentSpec, tier: str) -> Tariff | None:
-    """The deployment's price at `tier`, None where the catalog gives it none (no such lane)."""
-    rates = {name: getattr(spec.price, f"{tier}_{name}", None) for name in ("input", "output")}
-    if rates["input"] is None or rates["output"] is None:
+def tier_tariff(spec: DeploymentSpec, tariff: Tariff, tier: str) -> Tariff | None:
+    """The deployment's price at `tier` (`Tariff.tier`), None where the catalog prices no such tier
+    (no such lane): neither a rate of its own nor a multiplier."""
+    price = spec.price
+    multipliers = price.tier_multipliers
+    own = (getattr(price, f"{tier}_{rate}") for rate in ("input", "output", "cached_input"))
+    multiplied = multipliers is not None and getattr(multipliers, tier) is not None
+    if not multiplied and all(value is None for value in own):
         return None
-    cached = getattr(spec.price, f"{tier}_cached_input", None)
-    return Tariff(type(spec.price)(input=rates["input"], output=rates["output"], cached_input=cached))
+    return tariff.tier(tier)
 
 
 def quote_lanes(
@@ -60,7 +63,7 @@ def quote_lanes(
         spec = specs[(deployment.model, deployment.id)]
         tokenizer = tokenizer_name(spec, deployment.provider)
         priced: list[tuple[str, str | None, Tariff | None]] = [(GATEWAY, None, deployment.tariff)]
-        priced += [(GATEWAY, tier, tier_tariff(spec, tier)) for tier in TIERS]
+        priced += [(GATEWAY, tier, tier_tariff(spec, deployment.tariff, tier)) for tier in TIERS]
         provider = deployment.provider
         if provider.batch_execution == PROVIDER and provider.kind in PROVIDER_BATCH_KINDS:
             priced.append((PROVIDER, None, Tariff(spec.price, spec.batch_discount).batch))
