@@ -3,7 +3,7 @@
 Every write after a claim is guarded by the claim's fencing token, so a process that lost its
 lease can never write again; a line's outcome, its usage record and the job's counts are one
 transaction, so a line is metered exactly once and the counts never run ahead of the outcomes.
-Each run of a line is written down before it is sent (`begin_attempt`) and cleared with whatever
+Each run of a line is written down before it is sent (`begin_attempts`) and cleared with whatever
 ends it: its outcome, its record without one (`close_attempt`), or, once its process is known dead,
 an estimated record (`record_orphans`). Each function that writes commits its own transaction.
 """
@@ -266,23 +266,26 @@ def _line(claim: Claim, line_no: int) -> Any:
     )
 
 
-async def begin_attempt(
-    session: AsyncSession, claim: Claim, line: PendingLine, request_id: str, deployment: str, now: datetime
-) -> bool:
-    """Write a line's run down before it is sent; False (nothing written) when the claim no longer
-    holds the job, the line has an outcome, or another run began since `line` was read."""
-    statement = (
-        update(BatchLine)
-        .where(_line(claim, line.line_no), BatchLine.runs == line.runs)
-        .values(
-            runs=BatchLine.runs + 1,
-            attempt_request_id=request_id,
-            attempt_started_at=now,
-            attempt_deployment=deployment,
+async def begin_attempts(
+    session: AsyncSession, claim: Claim, runs: Sequence[tuple[PendingLine, str, str]], now: datetime
+) -> list[bool]:
+    """Write runs down before they are sent, each (line, request id, deployment id), in one
+    transaction; for each, False (nothing written for it) when the claim no longer holds the job,
+    the line has an outcome, or another run began since `line` was read."""
+    begun = []
+    for line, request_id, deployment in runs:
+        statement = (
+            update(BatchLine)
+            .where(_line(claim, line.line_no), BatchLine.runs == line.runs)
+            .values(
+                runs=BatchLine.runs + 1,
+                attempt_request_id=request_id,
+                attempt_started_at=now,
+                attempt_deployment=deployment,
+            )
+            .execution_options(synchronize_session=False)
         )
-        .execution_options(synchronize_session=False)
-    )
-    begun = _rows(await session.execute(statement)) == 1
+        begun.append(_rows(await session.execute(statement)) == 1)
     await session.commit()
     return begun
 

@@ -34,6 +34,7 @@ from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc, utcnow
 from gateway.jobs import ledger
+from gateway.jobs.grouped_writes import outcome_groups, run_begins
 from gateway.jobs.ledger import Claim, LeaseLost, PendingLine
 from gateway.jobs.line_sender import (
     BeginRun,
@@ -43,7 +44,6 @@ from gateway.jobs.line_sender import (
     broken_outcome,
     orphan_event,
 )
-from gateway.jobs.outcomes import OutcomeGroups
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
 from gateway.jobs.provider_batches import OVER_BUDGET, ProviderBatches
 from gateway.jobs.repository import CHAT_ENDPOINT, LINE_ENDPOINTS
@@ -176,7 +176,8 @@ class JobRun:
         self._paused: str | None = None  # why the lines stopped going out, while they wait
         self._pacing = Pacing()
         self._finishing = False  # the final transaction has begun
-        self._outcomes = OutcomeGroups(sessions, claim, utcnow)
+        self._outcomes = outcome_groups(sessions, claim, utcnow)
+        self._begins = run_begins(sessions, claim, utcnow)
 
     async def run(self) -> None:
         try:
@@ -328,6 +329,10 @@ class JobRun:
                     slots.release()
                     break
                 group.create_task(self._send(line, directives, expires_at, slots))
+                # One line started per turn of the event loop: started all at once, each turn runs
+                # every line's next step (parse, limits, route), so the first line reaches its
+                # permit only after the last one's preparation and the server idles meanwhile
+                await asyncio.sleep(0)
         return self._paused
 
     async def _send(
@@ -366,9 +371,7 @@ class JobRun:
 
     async def _begin(self, line: PendingLine, request_id: str, deployment: Deployment) -> None:
         """Write a line's run down before it is sent (`gateway.dispatch.executor.Attempts.before_send`)."""
-        async with self._sessions() as session:
-            begun = await ledger.begin_attempt(session, self.claim, line, request_id, deployment.id, utcnow())
-        if not begun:
+        if not await self._begins.write((line, request_id, deployment.id)):
             raise LeaseLost(self.claim.job_id)
 
     async def _store(self, line: PendingLine, sent: LineRun) -> None:
@@ -379,7 +382,7 @@ class JobRun:
             await self._broke(line, sent)
             return
         if sent.outcome is not None:
-            stored = await self._outcomes.store(sent.outcome, sent.event)
+            stored = await self._outcomes.write((sent.outcome, sent.event))
         else:  # the deployment failed it: the line stays pending, its run has its record
             self._paused = self._paused or sent.paused
             async with self._sessions() as session:
@@ -413,7 +416,7 @@ class JobRun:
                 self.claim.job_id, line.line_no, line.runs + 1
             )
             outcome = broken_outcome(line.line_no, request_id, sent.broke, failures)
-            if not await self._outcomes.store(outcome, None):
+            if not await self._outcomes.write((outcome, None)):
                 raise LeaseLost(self.claim.job_id)
 
     async def _settle(self, run: LineRun) -> None:
