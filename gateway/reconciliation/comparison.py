@@ -4,7 +4,8 @@ tier, tokens (input, cached input, output) and cost, each difference and its sha
 A `Ledger` is one side's day. Token counts are always per (model, tier). Costs are per (model,
 tier) where the provider's cost report splits by tier (Anthropic's), else per model over all tiers
 (`ALL_TIERS`: OpenAI's costs name a model and what was billed, not the tier); the gateway's costs
-are summed to the provider's grain before they are compared.
+are summed to the provider's grain before they are compared. The day's whole cost is compared too,
+so that every reconciled day has a finding, a day without traffic included.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from enum import StrEnum
 
 DEFAULT_TIER = "default"
 ALL_TIERS = "*"
+ALL_MODELS = "*"  # the day's whole bill: a row every reconciled day has, traffic or none
 # What each provider calls the tier a request gets when none is asked for ("auto" is how a client
 # asks for it): all one tier here. A record without a tier (null) was served at it too.
 _DEFAULT_TIER_NAMES = frozenset({"", "auto", "default", "standard", "standard_only"})
@@ -101,7 +103,8 @@ def share_of(gateway: Decimal, reported: Decimal) -> float:
 
 
 def compare(day: date, provider: str, ours: Ledger, theirs: Ledger, threshold: float) -> list[Finding]:
-    """Every measure of every (model, tier) either side has, in a stable order."""
+    """Every measure of every (model, tier) either side has, in a stable order, then the day's
+    whole cost (`ALL_MODELS`, `ALL_TIERS`)."""
     found: list[Finding] = []
 
     def finding(model: str, tier: str, measure: Measure, gateway: Decimal, reported: Decimal) -> None:
@@ -121,6 +124,8 @@ def compare(day: date, provider: str, ours: Ledger, theirs: Ledger, threshold: f
     for model, tier in sorted(our_costs.keys() | theirs.costs.keys()):
         gateway_cost = our_costs.get((model, tier), Decimal(0))
         finding(model, tier, Measure.COST, gateway_cost, theirs.costs.get((model, tier), Decimal(0)))
+    total = sum(our_costs.values(), Decimal(0)), sum(theirs.costs.values(), Decimal(0))
+    finding(ALL_MODELS, ALL_TIERS, Measure.COST, *total)
     return found
 
 

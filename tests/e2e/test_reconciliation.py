@@ -186,7 +186,10 @@ def test_a_day_agrees_to_the_token_then_a_drift_is_found(stack: ReconcileStack) 
     assert agreed.returncode == 0, agreed.stdout + agreed.stderr
     rows = stored(stack.database_url)
     models = {(provider, model) for provider, model, _, _ in rows}
-    assert models == {("up-openai", "gpt-a"), ("up-openai", "gpt-b"), ("up-anthropic", "claude-c")}
+    assert models == {
+        ("up-openai", "gpt-a"), ("up-openai", "gpt-b"), ("up-anthropic", "claude-c"),
+        ("up-openai", "*"), ("up-anthropic", "*"),  # each day's whole bill
+    }  # fmt: skip
     assert all(row.difference == 0 and row.share == 0 and not row.exceeded for row in rows.values())
     for provider, model, tier in (("up-openai", "gpt-a", "default"), ("up-anthropic", "claude-c", "default")):
         assert rows[(provider, model, tier, "cached_input")].gateway > 0  # caching was exercised
@@ -224,4 +227,6 @@ def test_a_day_agrees_to_the_token_then_a_drift_is_found(stack: ReconcileStack) 
         ("up-openai", "gpt-b", "default", "output"),
         ("up-openai", "gpt-b", "*", "cost"),
         ("up-anthropic", "claude-c", "default", "cost"),
+        ("up-openai", "*", "*", "cost"),
+        ("up-anthropic", "*", "*", "cost"),
     }

@@ -7,6 +7,7 @@ from datetime import date
 from decimal import Decimal
 
 from gateway.reconciliation.comparison import (
+    ALL_MODELS,
     ALL_TIERS,
     DEFAULT_TIER,
     Ledger,
@@ -31,11 +32,12 @@ def test_equal_sides_agree_on_every_measure() -> None:
         side.add_tokens("m", DEFAULT_TIER, Tokens(1000, 200, 50))
         side.add_cost("m", DEFAULT_TIER, Decimal("0.0125"))
     findings = compare(DAY, "p", ours, theirs, threshold=0.0)
-    assert [f.measure for f in findings] == [
-        Measure.INPUT,
-        Measure.CACHED_INPUT,
-        Measure.OUTPUT,
-        Measure.COST,
+    assert [(f.model, f.measure) for f in findings] == [
+        ("m", Measure.INPUT),
+        ("m", Measure.CACHED_INPUT),
+        ("m", Measure.OUTPUT),
+        ("m", Measure.COST),
+        (ALL_MODELS, Measure.COST),
     ]
     assert all(f.difference == 0 and f.share == 0.0 and not f.exceeded for f in findings)
 
@@ -77,8 +79,16 @@ def test_costs_are_compared_per_model_when_the_report_has_no_tier() -> None:
     theirs.add_cost("m", "anything", Decimal("0.40"))
     costs = [f for f in compare(DAY, "p", ours, theirs, threshold=0.0) if f.measure is Measure.COST]
     assert [(f.model, f.tier, f.gateway, f.reported, f.exceeded) for f in costs] == [
-        ("m", ALL_TIERS, Decimal("0.40"), Decimal("0.40"), False)
+        ("m", ALL_TIERS, Decimal("0.40"), Decimal("0.40"), False),
+        (ALL_MODELS, ALL_TIERS, Decimal("0.40"), Decimal("0.40"), False),
     ]
+
+
+def test_a_day_without_traffic_has_its_whole_cost_compared() -> None:
+    [total] = compare(DAY, "p", Ledger(), Ledger(), threshold=0.0)
+    assert (total.model, total.tier, total.measure, total.gateway, total.reported) == (
+        ALL_MODELS, ALL_TIERS, Measure.COST, 0, 0
+    )  # fmt: skip
 
 
 def test_costs_per_tier_when_the_report_has_tiers() -> None:
