@@ -64,7 +64,7 @@ def chat(cache: PromptCache, route: Route, body: Body, behaviour: MockBehaviour)
         behaviour, body.get("tools"), wrapped=True, answered=answered
     )
     generation = generate(seed, _choices(body), tokens, truncated, tool, chat_structured_text(body))
-    head = ReplyHeader.new("chatcmpl-", model)
+    head = ReplyHeader.new("chatcmpl-", model, openai_format.served_tier(body, behaviour.serve_tier))
     if body.get("stream") is True:
         frames = openai_format.chat_stream(head, generation, usage, behaviour.chunks, _include_usage(body))
         return stream_reply(frames, behaviour)

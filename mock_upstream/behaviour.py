@@ -43,6 +43,10 @@ class MockBehaviour(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # Messages requests) and the conversation does not end with a tool's output, else answer with text
     call_tool: str | None = None
     call_arguments: dict[str, Any] | None = None  # the call's arguments; None: values its schema accepts
+    # The service tier an answer says served it, whatever the request asked for (`default`: a flex
+    # request downgraded); None: the tier asked for (`auto` served as `default`), and no
+    # `service_tier` at all in answers to requests that asked for none
+    serve_tier: str | None = None
 
 
 class BehaviourError(ValueError):

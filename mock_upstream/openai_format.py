@@ -31,15 +31,30 @@ class ReplyHeader:
     id: str
     created: int
     model: str
+    service_tier: str | None = None  # the tier it says served it (OpenAI's `service_tier`)
 
     @classmethod
-    def new(cls, prefix: str, model: str) -> ReplyHeader:
-        return cls(f"{prefix}{uuid.uuid4().hex[:24]}", int(time.time()), model)
+    def new(cls, prefix: str, model: str, service_tier: str | None = None) -> ReplyHeader:
+        return cls(f"{prefix}{uuid.uuid4().hex[:24]}", int(time.time()), model, service_tier)
 
     def envelope(self, object_type: str) -> dict[str, Any]:
         """The fields an OpenAI body or chunk opens with."""
-        return {"id": self.id, "object": object_type, "created": self.created, "model": self.model,
-                "system_fingerprint": SYSTEM_FINGERPRINT}  # fmt: skip
+        envelope = {"id": self.id, "object": object_type, "created": self.created, "model": self.model,
+                    "system_fingerprint": SYSTEM_FINGERPRINT}  # fmt: skip
+        if self.service_tier is not None:
+            envelope["service_tier"] = self.service_tier
+        return envelope
+
+
+def served_tier(body: dict[str, Any], serve_tier: str | None) -> str | None:
+    """The tier an answer names as OpenAI's do: `serve_tier` when the mock is told one, else the
+    tier asked for (`auto` served as `default`); None when neither (the answer names none)."""
+    if serve_tier is not None:
+        return serve_tier
+    asked = body.get("service_tier")
+    if not isinstance(asked, str):
+        return None
+    return "default" if asked == "auto" else asked
 
 
 def error_body(status: int, message: str, code: str | None = None) -> bytes:

@@ -24,7 +24,7 @@ from mock_upstream.generation import (
     requested_tool,
     structured_text,
 )
-from mock_upstream.openai_format import ReplyHeader
+from mock_upstream.openai_format import ReplyHeader, served_tier
 from mock_upstream.prompt import chat_prompt, last_user_text
 from mock_upstream.replies import MockReply, json_reply, stream_reply
 from mock_upstream.schema_values import tool_arguments
@@ -125,6 +125,8 @@ def _response(head: ReplyHeader, body: Body, status: str, output: list[Any], usa
         "tools": body.get("tools", []), "top_p": body.get("top_p", 1.0), "truncation": "disabled",
         "metadata": body.get("metadata", {}),
     }  # fmt: skip
+    if head.service_tier is not None:
+        response["service_tier"] = head.service_tier
     if usage is not None:
         response["usage"] = usage
     if isinstance(body.get("user"), str):
@@ -192,7 +194,7 @@ def responses(cache: PromptCache, body: Body, behaviour: MockBehaviour) -> MockR
     generation = generate(f"{model}\x00{last_user_text(messages)}", 1, tokens, truncated, tool)
     text = _structured_text(body) or " ".join(generation.choices[0])
     usage = None if behaviour.omit_usage else usage_object(prompt, generation.tokens)
-    head = ReplyHeader.new("resp_", model)
+    head = ReplyHeader.new("resp_", model, served_tier(body, behaviour.serve_tier))
     if body.get("stream") is True:
         return stream_reply(_stream(head, body, generation, text, usage, behaviour.chunks), behaviour)
     status = "incomplete" if truncated and generation.tool is None else "completed"

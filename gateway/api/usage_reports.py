@@ -58,6 +58,7 @@ class UsageReportRow(msgspec.Struct, kw_only=True):
     region: str | None = None
     batch_id: str | None = None
     day: str | None = None  # YYYY-MM-DD, UTC
+    service_tier: str | None = None  # group_by=tier: the tier served (else asked for); null: none
     requests: int
     prompt_tokens: int
     completion_tokens: int

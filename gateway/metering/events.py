@@ -52,6 +52,9 @@ class UsageEvent(msgspec.Struct, frozen=True, kw_only=True):
     # the id of the Response an upstream that stores Responses returned (the Responses API served
     # natively): the writer records its team as its owner (gateway.db.response_owners); defaulted
     response_id: str | None = None
+    # the service tier the request was priced at: the one the upstream said it served, else the
+    # one the client asked for (gateway.metering.pricing.Tariff.tier); None: neither; defaulted
+    service_tier: str | None = None
 
 
 class ServedBy(Protocol):
@@ -94,14 +97,18 @@ def usage_event(
     queue_ms: float | None = None,
     client_request_id: str | None = None,
     response_id: str | None = None,
+    service_tier: str | None = None,
 ) -> UsageEvent:
     """The record of one request served by `deployment`: its counts (`usage`; None: no tokens, and
-    then no source either) priced at `tariff` (None: not billed, as a count is not). `cost`: what
-    the answer itself said `usage` costs, recorded as it is."""
+    then no source either) priced at `tariff` (None: not billed, as a count is not) for its
+    `service_tier` (the tier served, else the one asked for). `cost`: what the answer itself said
+    `usage` costs, recorded as it is."""
     tokens = usage or TokenUsage()
+    service_tier = recorded_tier(service_tier)
     if tariff is None:
         cost, uncached_cost = Decimal(0), Decimal(0)
     else:
+        tariff = tariff.tier(service_tier)
         cost, uncached_cost = tariff.cost(tokens) if cost is None else cost, tariff.uncached_cost(tokens)
     return UsageEvent(
         request_id=request_id,
@@ -129,4 +136,16 @@ def usage_event(
         queue_ms=queue_ms,
         client_request_id=client_request_id,
         response_id=response_id,
+        service_tier=service_tier,
     )
+
+
+MAX_TIER_LENGTH = 16  # usage_records.service_tier
+
+
+def recorded_tier(name: object) -> str | None:
+    """A tier name as a record keeps it: a short string as the upstream or client said it, else
+    None (a value that is no tier name at all is not kept)."""
+    if not isinstance(name, str) or not name or len(name) > MAX_TIER_LENGTH:
+        return None
+    return name

@@ -43,9 +43,11 @@ class TokenUsage(msgspec.Struct, frozen=True):
 
 class Pricing(Protocol):
     """A deployment's price as the adapters see it (`gateway.metering.pricing.Tariff`): what a
-    reply's usage costs, for the `usage.cost` it carries."""
+    reply's usage costs, for the `usage.cost` it carries, at the service tier it was served at."""
 
     def cost(self, usage: TokenUsage) -> Decimal: ...
+
+    def tier(self, name: str | None) -> Pricing: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,8 @@ class UpstreamCall:
     team_id: str
     chat: ChatCompletionRequest | None = None  # the typed view, for chat completions
     cache_key: str | None = None  # given by the client, or derived from the cached prefix
-    tariff: Pricing | None = None  # the deployment's price, for the cost a reply carries (usage.cost)
+    # the deployment's price at the service tier asked for, for the cost a reply carries (usage.cost)
+    tariff: Pricing | None = None
     # the client's W3C trace context (`traceparent`, `tracestate`), sent upstream as it came
     trace_headers: dict[str, str] | None = None
     # a Messages client's `anthropic-beta` header, for an Anthropic upstream (dialects.messages.betas)
@@ -82,6 +85,7 @@ class UpstreamResponse:
     untrusted_usage: str | None = None  # why the reported counts were not believed (usage_bounds)
     cost: Decimal | None = None  # what `usage` costs at the call's tariff, as the body's usage.cost says
     response_id: str | None = None  # the id of a Response the upstream stores (responses_native)
+    service_tier: str | None = None  # the tier the upstream said it served (its `service_tier`)
 
 
 class StreamTranslator(Protocol):

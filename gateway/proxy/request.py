@@ -44,6 +44,9 @@ class ParsedRequest:
     # 0 for embeddings), and the choices asked for (n)
     max_output_tokens: int | None = None
     choices: int = 1
+    # the service tier asked for, in OpenAI's terms (a Messages request's `standard_only` is
+    # `default`); None: none asked for (gateway.metering.pricing.Tariff.tier)
+    service_tier: str | None = None
 
     def prompt_size(self) -> PromptSize:
         """The prompt's size, read from its text (gateway.proxy.prompt_text). Counted when asked,
@@ -85,6 +88,11 @@ def _output_limits(typed: msgspec.Struct) -> tuple[int | None, int]:
     max_completion = _bounded(max_completion, "max_completion_tokens", 0, MAX_OUTPUT_TOKENS)
     choices = _bounded(getattr(typed, "n", None), "n", 1, MAX_CHOICES)
     return (max_tokens if max_completion is None else max_completion), choices or 1
+
+
+def _requested_tier(typed: msgspec.Struct) -> str | None:
+    tier: str | None = getattr(typed, "service_tier", None)
+    return "default" if tier == "standard_only" else tier
 
 
 def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRequest:
@@ -144,4 +152,5 @@ def parse_request(raw: bytes, endpoint: Endpoint, max_messages: int) -> ParsedRe
         typed=typed,
         max_output_tokens=max_output_tokens,
         choices=choices,
+        service_tier=_requested_tier(typed),
     )

@@ -257,7 +257,7 @@ class ProxyService:
             team_id=ctx.principal.team_id,
             chat=parsed.chat,
             cache_key=ctx.cache_key,
-            tariff=deployment.tariff,
+            tariff=deployment.tariff.tier(parsed.service_tier),
             trace_headers=ctx.correlation.upstream_headers,
             anthropic_beta=ctx.anthropic_beta,
         )
@@ -333,10 +333,18 @@ class ProxyService:
             completion = estimated_tokens(answer_bytes(ctx.parsed.endpoint, response.body))
             usage, source = self._estimate(ctx, completion), UsageSource.ESTIMATED
             cost = None  # priced from the estimate, and said in no header
-        elif cost is None:  # an adapter that does not price its answers
-            cost = ctx.deployment.tariff.cost(usage)
+        tier = response.service_tier or ctx.parsed.service_tier  # served, else asked for
+        if cost is None and source is UsageSource.UPSTREAM:  # an adapter that does not price its answers
+            cost = ctx.deployment.tariff.tier(tier).cost(usage)
         await self._meter(
-            ctx, ctx.deployment, 200, usage, source, cost=cost, response_id=response.response_id
+            ctx,
+            ctx.deployment,
+            200,
+            usage,
+            source,
+            cost=cost,
+            response_id=response.response_id,
+            service_tier=tier,
         )
         answered = response.response_id
         if answered is None and ctx.parsed.endpoint is Endpoint.RESPONSES:  # one the gateway made
@@ -398,7 +406,11 @@ class ProxyService:
             status, error_code = 499, "client_disconnected"
         # a Responses stream passed through names the Response the upstream stores (responses_native)
         response_id = getattr(stream.translator, "response_id", None)
-        await self._meter(ctx, stream.deployment, status, usage, source, error_code, cost, response_id)
+        # the tier a chunk said was served (OpenAI's chunks carry it), else the one asked for
+        tier = getattr(stream.translator, "service_tier", None) or ctx.parsed.service_tier
+        await self._meter(
+            ctx, stream.deployment, status, usage, source, error_code, cost, response_id, service_tier=tier
+        )
         if status == 200:
             self._remember_conversation(ctx, stream.deployment, response_id)
 
@@ -449,10 +461,13 @@ class ProxyService:
         error_code: str | None = None,
         cost: Decimal | None = None,
         response_id: str | None = None,
+        *,
+        service_tier: str | None = None,
     ) -> None:
         """Record the request's usage event, and log its line. `cost`: what the answer already
         said `usage` costs (its usage.cost), so that the record holds the very same amount.
-        `response_id`: a Response the upstream stores, owned by the team from now on."""
+        `response_id`: a Response the upstream stores, owned by the team from now on.
+        `service_tier`: the tier served, else (None) the one the request asked for."""
         endpoint = ctx.parsed.endpoint.value
         team_id, batch_id = ctx.principal.team_id, ctx.directives.batch
         event = usage_event(
@@ -474,6 +489,7 @@ class ProxyService:
             queue_ms=milliseconds(ctx.attempts.queue_s),
             client_request_id=ctx.correlation.client_request_id,
             response_id=response_id,
+            service_tier=service_tier or ctx.parsed.service_tier,
         )
         if self._settle is None:
             await self._usage.append(event)

@@ -147,7 +147,7 @@ class MessagesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     metadata: RequestMetadata | None = None
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None
-    service_tier: str | None = None
+    service_tier: Literal["auto", "standard_only"] | None = None  # Anthropic's; another value is a 400
     cache_control: CacheControl | None = None  # automatic caching: a breakpoint on the last block
     context_management: ContextManagement | None = None
 
@@ -290,6 +290,7 @@ class UpstreamUsage(msgspec.Struct, frozen=True):
     output_tokens: Count = None
     cache_read_input_tokens: Count = None
     cache_creation_input_tokens: Count = None
+    service_tier: Any = None  # the tier that served it: standard, priority or batch (a string)
 
 
 class UpstreamBlock(msgspec.Struct, frozen=True):

@@ -23,6 +23,8 @@ ModelName = Annotated[str, Meta(min_length=1)]  # an alias the gateway serves
 MaxTokens = Annotated[int, Meta(ge=0, le=2**31 - 1)]  # OpenAI's own bound
 Choices = Annotated[int, Meta(ge=1, le=128)]  # n, OpenAI's own bound
 CacheRetention = Literal["in_memory", "in-memory", "24h"]  # `in-memory`: a common variant
+# OpenAI's service tiers (gateway.settings.catalog.SERVICE_TIERS); another value is a 400
+ServiceTier = Literal["auto", "default", "flex", "priority"]
 
 
 class ContentPart(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -90,6 +92,7 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     metadata: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: CacheRetention | None = None
+    service_tier: ServiceTier | None = None
 
 
 class CompletionRequest(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -153,6 +156,7 @@ class MeteredReply(msgspec.Struct):
     choices: list[msgspec.Raw] | None = None
     error: ErrorObject | str | None = None
     model: Any = None  # any JSON value: what the upstream named; replaced by the alias
+    service_tier: Any = None  # the tier OpenAI served it at (a string), on answers and chunks
 
 
 # --- replies: chat completions ----------------------------------------------------------------

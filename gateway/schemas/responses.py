@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from gateway.schemas.openai import CacheControl, CacheRetention, Count, MaxTokens, ModelName
+from gateway.schemas.openai import CacheControl, CacheRetention, Count, MaxTokens, ModelName, ServiceTier
 
 # --- requests ---------------------------------------------------------------------------------
 
@@ -111,6 +111,7 @@ class ResponsesRequest(msgspec.Struct, frozen=True, omit_defaults=True):
     user: str | None = None
     safety_identifier: str | None = None
     truncation: str | None = None
+    service_tier: ServiceTier | None = None
 
 
 # --- the Response object ----------------------------------------------------------------------

@@ -70,6 +70,8 @@ def to_chat_body(
     chat |= {name: value for name, value in optional.items() if value is not None}
     if request.metadata is not None and request.metadata.user_id:
         chat["user"] = request.metadata.user_id
+    if request.service_tier is not None:  # Anthropic's `standard_only` is OpenAI's `default`
+        chat["service_tier"] = "default" if request.service_tier == "standard_only" else "auto"
     if request.output_config is not None and request.output_config.format is not None:
         chat["response_format"] = _response_format(request.output_config.format)
     return chat

@@ -53,22 +53,26 @@ class Metered:
     document: dict[str, Any]
     usage: TokenUsage | None
     untrusted_usage: str | None
+    service_tier: str | None = None  # the tier the Response says served it
 
 
 def metered_response(call: UpstreamCall, document: dict[str, Any]) -> Metered:
-    """`document` (a Response) with `model` set to the alias and `usage.cost` added, and its usage."""
+    """`document` (a Response) with `model` set to the alias and `usage.cost` added (at the
+    service tier it names), and its usage."""
     document["model"] = call.body["model"]
+    tier = document.get("service_tier")
+    tier = tier if isinstance(tier, str) and tier else None
     raw_usage = document.get("usage")
     if not isinstance(raw_usage, dict):
-        return Metered(document, None, None)
+        return Metered(document, None, None, tier)
     try:
         usage = responses_usage(msgspec.convert(raw_usage, UpstreamResponseUsage))
     except (UntrustedUsage, msgspec.ValidationError) as exc:  # the answer is served as it came
-        return Metered(document, None, str(exc))
-    cost = usage_cost(call, usage)
+        return Metered(document, None, str(exc), tier)
+    cost = usage_cost(call, usage, tier)
     if cost is not None:
         document["usage"] = {**raw_usage, "cost": cost}
-    return Metered(document, usage, None)
+    return Metered(document, usage, None, tier)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,7 @@ class NativeResponsesAdapter:
             usage=metered.usage,
             untrusted_usage=metered.untrusted_usage,
             response_id=response_id(document),
+            service_tier=metered.service_tier,
         )
 
     def stream_translator(self, call: UpstreamCall) -> NativeResponsesStream:
@@ -135,6 +140,7 @@ class NativeResponsesStream:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
         self.response_id: str | None = None
+        self.service_tier: str | None = None  # the tier the last Response says served it
         self._call = call
         self._finished = False
 
@@ -167,5 +173,6 @@ class NativeResponsesStream:
         if terminal:
             self._finished = True
             self.usage, self.untrusted_usage = metered.usage, metered.untrusted_usage
+            self.service_tier = metered.service_tier
         event["response"] = metered.document
         return msgspec.json.encode(event)

@@ -64,6 +64,7 @@ def to_chat_request(
         user=request.user or request.safety_identifier,
         prompt_cache_key=request.prompt_cache_key,
         prompt_cache_retention=request.prompt_cache_retention,
+        service_tier=request.service_tier,
     )
     body: dict[str, Any] = msgspec.to_builtins(chat)
     for message in body["messages"]:  # `type` is a default the typed view leaves out; servers want it

@@ -46,12 +46,13 @@ def random_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex}"
 
 
-def usage_cost(call: UpstreamCall, usage: TokenUsage | None) -> str | None:
-    """The exact cost of `usage` at the call's deployment as a decimal string, as on its usage
-    record; None without a price or believed counts."""
+def usage_cost(call: UpstreamCall, usage: TokenUsage | None, tier: str | None = None) -> str | None:
+    """The exact cost of `usage` at the call's deployment (at service tier `tier`, where the
+    upstream said which served it) as a decimal string, as on its usage record; None without a
+    price or believed counts."""
     if call.tariff is None or usage is None:
         return None
-    return format(call.tariff.cost(usage), "f")
+    return format((call.tariff if tier is None else call.tariff.tier(tier)).cost(usage), "f")
 
 
 def response_usage(call: UpstreamCall, usage: TokenUsage) -> ResponseUsage:

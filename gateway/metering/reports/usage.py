@@ -49,7 +49,7 @@ from gateway.errors import InvalidRequest
 from gateway.metering.pricing import money_str
 from gateway.metering.storage.retention import check_records_kept
 
-GroupField = Literal["team", "key", "model", "provider", "region", "batch", "day"]
+GroupField = Literal["team", "key", "model", "provider", "region", "batch", "day", "tier"]
 GROUP_FIELDS: tuple[GroupField, ...] = get_args(GroupField)
 # The name each group-by field has as a column of usage_records and in a UsageRow.
 ROW_FIELD: dict[GroupField, str] = {
@@ -60,6 +60,7 @@ ROW_FIELD: dict[GroupField, str] = {
     "region": "region",
     "batch": "batch_id",
     "day": "day",
+    "tier": "service_tier",  # the service tier recorded (gateway.metering.events); None: none
 }
 TOTAL_FIELDS = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens")
 MONEY_SCALE = 10  # usage_records money columns are NUMERIC(20, 10)
@@ -95,6 +96,7 @@ class UsageRow(msgspec.Struct, kw_only=True):
     region: str | None = None
     batch_id: str | None = None
     day: str | None = None  # YYYY-MM-DD, UTC
+    service_tier: str | None = None
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -131,6 +133,7 @@ class UsageEventRow(msgspec.Struct, kw_only=True):
     error_code: str | None
     queue_ms: float | None  # the wait in the gateway's queue; None for records from before it was kept
     client_request_id: str | None = None  # the client's own X-Request-ID
+    service_tier: str | None = None  # the tier served, else asked for (gateway.metering.events)
 
 
 def parse_group_by(text: str | None) -> tuple[GroupField, ...]:
@@ -333,8 +336,9 @@ def _group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
 
 def _daily_group_column(field: GroupField, dialect: str) -> ColumnElement[Any]:
     d = _daily.c
-    if field == "batch":
-        return func.nullif(d.batch_id, "").label("batch_id")
+    if field in ("batch", "tier"):  # "" in usage_daily's key is null in the records
+        column = ROW_FIELD[field]
+        return func.nullif(d[column], "").label(column)
     if field != "day":
         return d[ROW_FIELD[field]].label(ROW_FIELD[field])
     if dialect == "postgresql":

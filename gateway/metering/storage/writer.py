@@ -336,7 +336,7 @@ COLUMNS = (
     "request_id", "created_at", "team_id", "key_id", "model", "provider", "region", "deployment",
     "upstream_model", "endpoint", "batch_id", "status", "prompt_tokens", "completion_tokens",
     "cached_tokens", "cache_write_tokens", "usage_source", "cost", "uncached_cost", "latency_ms",
-    "ttft_ms", "error_code", "queue_ms", "client_request_id",
+    "ttft_ms", "error_code", "queue_ms", "client_request_id", "service_tier",
 )  # fmt: skip
 
 
@@ -367,6 +367,7 @@ def record_values(event: UsageEvent) -> tuple[object, ...]:
         event.error_code,
         None if event.queue_ms is None else _milliseconds(event.queue_ms),
         event.client_request_id,
+        event.service_tier,
     )
 
 

@@ -68,9 +68,20 @@ def to_messages_request(chat: ChatCompletionRequest, upstream_model: str, *, str
         stop_sequences=[chat.stop] if isinstance(chat.stop, str) else chat.stop or None,
         metadata=RequestMetadata(user_id=chat.user) if chat.user else None,
         stream=True if stream else None,
+        service_tier=anthropic_tier(chat.service_tier),
     )
     check_breakpoints(request)
     return request
+
+
+def anthropic_tier(tier: str | None) -> Literal["auto", "standard_only"] | None:
+    """OpenAI's service tier in Anthropic's terms: `auto` and `priority` are `auto` (Anthropic serves
+    at its Priority Tier only through `auto`, where the organization has that capacity);
+    `default` and `flex` are `standard_only` (Anthropic has no flex tier: standard is the nearer,
+    never the dearer priority)."""
+    if tier is None:
+        return None
+    return "auto" if tier in ("auto", "priority") else "standard_only"
 
 
 def _check_supported(chat: ChatCompletionRequest) -> None:

@@ -57,9 +57,22 @@ class ReplyContext:
     tariff: Pricing | None = None
     answer_tool: str | None = None
 
-    def cost(self, usage: TokenUsage | None) -> Decimal | None:
-        """What believed counts cost at the deployment's price; the usage record takes it as it is."""
-        return None if usage is None or self.tariff is None else self.tariff.cost(usage)
+    def cost(self, usage: TokenUsage | None, tier: str | None = None) -> Decimal | None:
+        """What believed counts cost at the deployment's price (at `tier`, where the upstream said
+        which served it); the usage record takes it as it is."""
+        if usage is None or self.tariff is None:
+            return None
+        return (self.tariff if tier is None else self.tariff.tier(tier)).cost(usage)
+
+
+# Anthropic's tiers as OpenAI names them (gateway.settings.catalog.SERVICE_TIERS); `batch` kept as is
+_SERVED_TIERS = {"standard": "default", "priority": "priority", "batch": "batch"}
+
+
+def served_tier(usage: UpstreamUsage | None) -> str | None:
+    """The tier Anthropic says served a message (its usage's `service_tier`), in OpenAI's terms."""
+    tier = None if usage is None else usage.service_tier
+    return _SERVED_TIERS.get(tier) if isinstance(tier, str) else None
 
 
 def usage_object(usage: TokenUsage, cost: Decimal | None) -> Usage:
@@ -120,12 +133,17 @@ def parse_messages_response(body: bytes, created: int, reply: ReplyContext) -> U
         usage = normalise_usage(response.usage) if response.usage else None
     except UntrustedUsage as exc:  # the answer is served without the counts
         untrusted = str(exc)
-    cost = reply.cost(usage)
+    tier = served_tier(response.usage)
+    cost = reply.cost(usage, tier)
     completion = to_chat_completion(response, created, reply)
     if usage is not None:
         completion.usage = usage_object(usage, cost)
     return UpstreamResponse(
-        body=msgspec.json.encode(completion), usage=usage, untrusted_usage=untrusted, cost=cost
+        body=msgspec.json.encode(completion),
+        usage=usage,
+        untrusted_usage=untrusted,
+        cost=cost,
+        service_tier=tier,
     )
 
 

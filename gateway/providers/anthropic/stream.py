@@ -21,6 +21,7 @@ from gateway.providers.anthropic.response import (
     finish_reason,
     merged_usage,
     normalise_usage,
+    served_tier,
     stream_error,
     usage_object,
 )
@@ -47,6 +48,7 @@ class AnthropicStreamTranslator:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
         self.cost: Decimal | None = None  # what `usage` costs: the usage chunk's and the record's
+        self.service_tier: str | None = None  # the tier message_start's usage says served it
         self._reply = reply
         self._wants_usage = wants_usage
         self._id = ""
@@ -152,7 +154,8 @@ class AnthropicStreamTranslator:
             self.usage, self.untrusted_usage = normalise_usage(usage), None
         except UntrustedUsage as exc:
             self.usage, self.untrusted_usage = None, str(exc)
-        self.cost = self._reply.cost(self.usage)
+        self.service_tier = served_tier(usage) or self.service_tier
+        self.cost = self._reply.cost(self.usage, self.service_tier)
 
     def _final_frames(self) -> list[bytes]:
         if self._finished:

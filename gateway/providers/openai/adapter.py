@@ -53,6 +53,13 @@ def hint_mode(provider: Provider, base_url: str) -> HintMode:
     return "strip"
 
 
+def serves_tiers(provider: Provider, base_url: str) -> bool:
+    """Whether the upstream has OpenAI's service tiers, and is sent a request's `service_tier`:
+    OpenAI's own API, Azure and the mock. Other OpenAI-compatible servers (vLLM, SGLang...) have
+    no tiers: the field is dropped, and the request is recorded at the tier it asked for."""
+    return provider.kind in (ProviderKind.AZURE, ProviderKind.MOCK) or is_openai_api(base_url)
+
+
 def token_usage(usage: Usage) -> TokenUsage:
     """The counts of an OpenAI usage object; UntrustedUsage when one cannot be true."""
     details = usage.prompt_tokens_details
@@ -81,9 +88,19 @@ def lacks_cached_tokens(call: UpstreamCall, usage: Usage) -> bool:
     return call.endpoint is not Endpoint.EMBEDDINGS and (details is None or details.cached_tokens is None)
 
 
-def priced(call: UpstreamCall, usage: TokenUsage | None) -> Decimal | None:
-    """What trusted counts cost at the call's tariff: usage.cost, and the usage record's cost."""
-    return None if usage is None or call.tariff is None else call.tariff.cost(usage)
+def priced(call: UpstreamCall, usage: TokenUsage | None, tier: str | None = None) -> Decimal | None:
+    """What trusted counts cost at the call's tariff (at `tier`, where the upstream said
+    which tier served it): usage.cost, and the usage record's cost."""
+    if usage is None or call.tariff is None:
+        return None
+    tariff = call.tariff if tier is None else call.tariff.tier(tier)
+    return tariff.cost(usage)
+
+
+def served_tier(reply: MeteredReply) -> str | None:
+    """The service tier an answer or chunk says it was served at (OpenAI's `service_tier`)."""
+    tier = reply.service_tier
+    return tier if isinstance(tier, str) and tier else None
 
 
 class OpenAIAdapter:
@@ -95,6 +112,8 @@ class OpenAIAdapter:
             stream_options = body.get("stream_options")
             kept = stream_options if isinstance(stream_options, dict) else {}
             body["stream_options"] = {**kept, "include_usage": True}
+        if "service_tier" in body and not serves_tiers(provider, base_url):
+            del body["service_tier"]
         cache_key = call.cache_key if call.endpoint is Endpoint.CHAT else None
         body = apply_openai_hints(body, hint_mode(provider, base_url), cache_key)
         headers = {"content-type": "application/json", **self.auth_headers(provider), **provider.headers}
@@ -120,18 +139,22 @@ class OpenAIAdapter:
         alias = call.body.get("model")
         if isinstance(alias, str) and isinstance(metered.model, str) and metered.model != alias:
             body = with_model(body, msgspec.json.encode(alias))
+        tier = served_tier(metered)
         if metered.usage is None:
-            return UpstreamResponse(body=body, usage=None)
+            return UpstreamResponse(body=body, usage=None, service_tier=tier)
         cached = lacks_cached_tokens(call, metered.usage)
         try:
             usage = token_usage(metered.usage)
         except UntrustedUsage as exc:  # the answer itself is served as it came, with no cost
             return UpstreamResponse(
-                body=with_usage_members(body, None, cached), usage=None, untrusted_usage=str(exc)
+                body=with_usage_members(body, None, cached),
+                usage=None,
+                untrusted_usage=str(exc),
+                service_tier=tier,
             )
-        cost = priced(call, usage)
+        cost = priced(call, usage, tier)
         body = with_usage_members(body, None if cost is None else format(cost, "f"), cached)
-        return UpstreamResponse(body=body, usage=usage, cost=cost)
+        return UpstreamResponse(body=body, usage=usage, cost=cost, service_tier=tier)
 
     def stream_translator(self, call: UpstreamCall) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator(call)
@@ -168,6 +191,9 @@ class OpenAIStreamTranslator:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
         self.cost: Decimal | None = None  # what `usage` costs (gateway.providers.base.stream_cost)
+        # the tier the usage chunk says served the stream (read off that chunk only: the others
+        # are passed through undecoded); None: not said, or no usage chunk came
+        self.service_tier: str | None = None
         self._call = call
         self._alias = alias_of(call)
         self._drop_usage_chunk = not call.client_wants_usage
@@ -182,6 +208,7 @@ class OpenAIStreamTranslator:
             if chunk.error is not None:
                 raise _stream_or_body_error(chunk.error)
             if chunk.usage is not None:
+                self.service_tier = served_tier(chunk) or self.service_tier
                 self._note_usage(chunk.usage)
                 if self._drop_usage_chunk and not chunk.choices:
                     return []
@@ -199,7 +226,7 @@ class OpenAIStreamTranslator:
             self.usage, self.untrusted_usage = token_usage(usage), None
         except UntrustedUsage as exc:
             self.usage, self.untrusted_usage = None, str(exc)
-        self.cost = priced(self._call, self.usage)
+        self.cost = priced(self._call, self.usage, self.service_tier)
 
 
 def _may_carry_usage(data: bytes) -> bool:

@@ -7,10 +7,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gateway.metering.events import UsageEvent, UsageSource, usage_event
 from gateway.metering.pricing import Tariff
 from gateway.providers.base import TokenUsage
 from gateway.settings import Price
+from gateway.settings.catalog import TierMultipliers
 from tests.unit.routing.catalog import CHAT
 
 PACKAGE = Path(__file__).resolve().parents[3] / "gateway"
@@ -71,3 +74,40 @@ def test_only_the_builder_constructs_a_usage_event() -> None:
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "UsageEvent":
                 builders.append(str(path.relative_to(PACKAGE.parent)))
     assert builders == ["gateway/metering/events.py"]
+
+
+FLEX = Tariff(
+    Price(
+        input=Decimal(3),
+        output=Decimal(15),
+        cached_input=Decimal("0.3"),
+        tier_multipliers=msgspec.convert({"flex": "0.5"}, TierMultipliers, strict=False),
+    )
+)
+
+
+def test_the_event_is_priced_at_its_tier_and_keeps_it() -> None:
+    flex, normal = built(tariff=FLEX, service_tier="flex"), built(tariff=FLEX)
+    # 600 x 1.5 + 400 x 0.15 + 100 x 7.5 micro-USD: half of the normal 3420
+    assert (flex.service_tier, flex.cost, flex.uncached_cost) == (
+        "flex",
+        Decimal("0.00171"),
+        Decimal("0.00225"),
+    )
+    assert (normal.service_tier, normal.cost) == (None, Decimal("0.00342"))
+
+
+def test_a_tier_the_catalog_does_not_price_is_kept_at_the_normal_price() -> None:
+    event = built(tariff=FLEX, service_tier="scale")
+    assert (event.service_tier, event.cost) == ("scale", Decimal("0.00342"))
+
+
+def test_a_tier_name_no_record_could_hold_is_not_kept() -> None:
+    assert built(service_tier="x" * 17).service_tier is None
+    assert built(service_tier="").service_tier is None
+
+
+def test_an_event_buffered_before_tiers_decodes_without_one() -> None:
+    event = built()
+    older = {k: v for k, v in msgspec.to_builtins(event).items() if k != "service_tier"}
+    assert msgspec.convert(older, UsageEvent, strict=False).service_tier is None

@@ -63,7 +63,7 @@ def test_csv_has_the_group_columns_asked_for_and_exact_money() -> None:
 
 def test_csv_without_group_by_lists_every_group_column() -> None:
     header = report_csv([UsageRow()]).splitlines()[0]
-    assert header.startswith("team_id,key_id,model,provider,region,batch_id,day,requests")
+    assert header.startswith("team_id,key_id,model,provider,region,batch_id,day,service_tier,requests")
 
 
 def _at(day: int, hour: int = 0, minute: int = 0) -> datetime:
