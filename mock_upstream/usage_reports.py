@@ -4,7 +4,8 @@ through OpenAI's organization usage and costs endpoints and Anthropic's usage an
 
 Each answer is counted from the usage the mock put on the wire (a body's, or a stream's frames),
 so a day of traffic through the gateway should agree with these reports to the token. Costs come
-from prices set with `PUT /_mock/reports/prices` (USD per million tokens, per model; none: 0).
+from prices set with `PUT /_mock/reports/prices` (USD per million tokens, per model and, where a
+tier is billed apart, per tier; none: 0).
 A test makes a report drift from what was served with `POST /_mock/reports/drift`:
 
     {"api": "openai", "model": "m", "tier": "default", "day": "2026-12-04",
@@ -59,12 +60,14 @@ _DEFAULT_TIER = {Api.OPENAI: "default", Api.ANTHROPIC: "standard"}
 
 
 class MockPrice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """USD per million tokens; cached_input and cache_write fall back to input."""
+    """USD per million tokens; cached_input and cache_write fall back to input. `tiers`: the prices
+    of the service tiers billed apart (`{"flex": {...}}`); any other tier at these."""
 
     input: Decimal = Decimal(0)
     output: Decimal = Decimal(0)
     cached_input: Decimal | None = None
     cache_write: Decimal | None = None
+    tiers: dict[str, MockPrice] = {}
 
 
 class Drift(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -190,9 +193,10 @@ class MockBill:
             if group_api is api and group_day == day
         )
 
-    def _parts(self, model: str, served: Served) -> list[tuple[str, int, Decimal]]:
+    def _parts(self, model: str, tier: str, served: Served) -> list[tuple[str, int, Decimal]]:
         """What a group is billed for: (what, tokens, USD), before its drift's share."""
         price = self.prices.get(model, MockPrice())
+        price = price.tiers.get(tier, price)
         cached = price.input if price.cached_input is None else price.cached_input
         written = price.input if price.cache_write is None else price.cache_write
         uncached = served.input - served.cache_read - served.cache_write
@@ -226,8 +230,8 @@ class MockBill:
         buckets = []
         for day in days:
             results = []
-            for model, _, served in self._groups(Api.OPENAI, day):
-                for what, tokens, usd in self._parts(model, served):
+            for model, tier, served in self._groups(Api.OPENAI, day):
+                for what, tokens, usd in self._parts(model, tier, served):
                     if tokens:
                         amount = float(usd * Decimal(1 + served.cost_share))
                         results.append(
@@ -270,7 +274,7 @@ class MockBill:
         for day in days:
             results = []
             for model, tier, served in self._groups(Api.ANTHROPIC, day):
-                for what, tokens, usd in self._parts(model, served):
+                for what, tokens, usd in self._parts(model, tier, served):
                     if tokens:
                         cents = usd * Decimal(100) * Decimal(1 + served.cost_share)
                         results.append(

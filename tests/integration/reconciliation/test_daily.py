@@ -59,7 +59,11 @@ async def mock() -> AsyncIterator[tuple[httpx.AsyncClient, InProcessMockTranspor
 
 
 async def record(
-    sessions: async_sessionmaker[AsyncSession], prompt: int, cached: int, completion: int
+    sessions: async_sessionmaker[AsyncSession],
+    prompt: int,
+    cached: int,
+    completion: int,
+    tier: str | None = None,
 ) -> None:
     cost = (
         Decimal(prompt - cached) * PRICE.input + cached * PRICE.cached_input + completion * PRICE.output
@@ -70,7 +74,7 @@ async def record(
             model="chat", provider="up", region="r", deployment="up/gpt-a", upstream_model="gpt-a",
             endpoint="chat/completions", status=200, prompt_tokens=prompt, completion_tokens=completion,
             cached_tokens=cached, cache_write_tokens=0, usage_source="upstream", cost=cost, uncached_cost=cost,
-            latency_ms=1.0,
+            latency_ms=1.0, service_tier=tier,
         ))  # fmt: skip
 
 
@@ -81,7 +85,11 @@ async def test_a_settled_day_is_reconciled_once_by_one_process(
     sessions = session_factory(engine)
     await record(sessions, 1000, 400, 50)
     await record(sessions, 300, 0, 20)
-    transport.upstream.bill.served[(Api.OPENAI, DAY, "gpt-a", "default")] = Served(1300, 400, 0, 70, 2)
+    await record(sessions, 200, 0, 10, tier="default")  # a record without a tier is at the default one
+    await record(sessions, 100, 0, 5, tier="flex")
+    bill = transport.upstream.bill.served
+    bill[(Api.OPENAI, DAY, "gpt-a", "default")] = Served(1500, 400, 0, 80, 3)
+    bill[(Api.OPENAI, DAY, "gpt-a", "flex")] = Served(100, 0, 0, 5, 1)
     log = structlog.get_logger("test")
 
     stored = await asyncio.gather(*(reconcile_due(sessions, catalog(), http, log, SETTLED) for _ in range(2)))
@@ -92,13 +100,15 @@ async def test_a_settled_day_is_reconciled_once_by_one_process(
     assert {(r.day, r.model, r.tier, r.measure) for r in rows if r.day == DAY} == {
         (DAY, "gpt-a", "default", "input"), (DAY, "gpt-a", "default", "cached_input"),
         (DAY, "gpt-a", "default", "output"), (DAY, "gpt-a", "*", "cost"), (DAY, "*", "*", "cost"),
+        (DAY, "gpt-a", "flex", "input"), (DAY, "gpt-a", "flex", "cached_input"), (DAY, "gpt-a", "flex", "output"),
     }  # fmt: skip
     assert {(r.day, r.model) for r in rows if r.day != DAY} == {
         (DAY - timedelta(days=2), "*"),
         (DAY - timedelta(days=1), "*"),
     }
     assert all(r.difference == 0 and not r.exceeded for r in rows)
-    assert {r.measure: r.gateway for r in rows}["input"] == 1300
+    inputs = {r.tier: r.gateway for r in rows if r.measure == "input"}
+    assert inputs == {"default": 1500, "flex": 100}
 
     metrics = Metrics()
     await show_latest(sessions, metrics)

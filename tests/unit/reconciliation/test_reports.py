@@ -19,7 +19,7 @@ from gateway.settings import Provider, ProviderKind
 from mock_upstream.transport import InProcessMockTransport
 from mock_upstream.usage_reports import ADMIN_KEY
 
-PRICES = {"gpt-x": {"input": "2", "cached_input": "0.5", "output": "8"},
+PRICES = {"gpt-x": {"input": "2", "cached_input": "0.5", "output": "8", "tiers": {"flex": {"input": "1", "output": "4"}}},
           "claude-x": {"input": "3", "cached_input": "0.3", "cache_write": "3.75", "output": "15"}}  # fmt: skip
 PREFIX = "You are a careful assistant. " * 200  # long enough to be cached
 
@@ -78,12 +78,14 @@ async def test_openai_reports_give_what_was_served(http: httpx.AsyncClient) -> N
         )
 
     assert ledger.tokens == {("gpt-x", DEFAULT_TIER): tokens(default), ("gpt-x", "flex"): tokens([flex])}
-    total = sum(ledger.tokens.values(), Tokens())
+    normal, cheap = ledger.tokens[("gpt-x", DEFAULT_TIER)], ledger.tokens[("gpt-x", "flex")]
     cost = (
-        Decimal(total.input - total.cached_input) * 2 + Decimal(total.cached_input) * Decimal("0.5")
-        + Decimal(total.output) * 8
+        Decimal(normal.input - normal.cached_input) * 2 + Decimal(normal.cached_input) * Decimal("0.5")
+        + Decimal(normal.output) * 8 + Decimal(cheap.input) * 1 + Decimal(cheap.output) * 4
     ) / 1_000_000  # fmt: skip
-    assert set(ledger.costs) == {("gpt-x", ALL_TIERS)}
+    assert set(ledger.costs) == {
+        ("gpt-x", ALL_TIERS)
+    }  # OpenAI's costs: per model, the flex tier at its price
     assert abs(ledger.costs[("gpt-x", ALL_TIERS)] - cost) < Decimal("1e-12")
 
 
