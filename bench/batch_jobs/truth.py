@@ -3,17 +3,12 @@ from its usage records) against the simulator's own ground truth (`/_sim/stats`,
 job): prefill and generation tokens/s, and the prefix-cache hit ratio.
 
 The simulator divides its tokens by the wall-clock time from its first request to its last step;
-the gateway divides them by the time covered by the records' prefill (or decode) intervals. The
-two agree when the job keeps the simulator busy from start to end, which the job does by running
-more lines at once than the simulator runs sequences: some line is always waiting for its first
-token, and some is always decoding. What is left apart is at the edges: the prefill intervals end
-at the last line's first token (its decode, the tail, is not prefill time), and the decode
-intervals start at the first line's first token. Both edges are about one line's time, so the
-figures agree within a few percent once a job has many more lines than the simulator has
-sequences (here 1,600 lines over 32 sequences); the gateway's prefill rate is the higher by the
-tail's share of the run. A batch that leaves the server idle between prefills would not agree: the
-simulator's prefill_tokens_per_s is over its whole elapsed time, decode included, while the
-gateway's is over the time some request was waiting for its first token.
+the gateway divides them by the time covered by the records' intervals at the upstream, from each
+line's send to its end. The two agree when the job keeps the simulator busy from start to end;
+what is left apart is at the edges (the first send before the simulator sees it, the last answer's
+way back), well under a percent of a run of seconds. Time in which none of the job's lines was at
+the upstream is left out on the gateway's side and counted on the simulator's, so a job that
+leaves the simulator idle between lines reads the higher here.
 
 The provider has `measure_ttft: true` and the lines do not stream, so every line has a TTFT."""
 
@@ -116,7 +111,7 @@ def agreement(throughput: dict[str, Any], stats: dict[str, Any]) -> list[Figure]
 
 def edges(throughput: dict[str, Any], stats: dict[str, Any]) -> str:
     """The time each side divided by: the simulator's elapsed, the gateway's span and the time its
-    prefill and decode intervals cover (tokens over rate), in seconds."""
+    rates are over (tokens over rate, prefill and decode: the same time), in seconds."""
     tokens = throughput["tokens"]
     prefill_tokens = tokens["prompt"] - tokens["cached"]
 

@@ -190,12 +190,13 @@ async def test_a_live_batch_has_its_pin_totals_and_throughput(
     assert figures["tokens"] == {"prompt": 6000, "cached": 250, "completion": 500}
     assert figures["cache_hit_ratio"] == round(250 / 6000, 4)
     # Interval ends come from stored timestamps plus milliseconds: equal to a few parts per million
-    assert figures["prefill_tokens_per_s"] == pytest.approx((750 + 3000) / 0.7, rel=1e-5)
-    assert figures["decode_tokens_per_s"] == pytest.approx(400 / 2.3, rel=1e-5)
+    # Both rates over the measured requests' time at the upstream: -10 s to -9 s, then -9 s to -7 s
+    assert figures["prefill_tokens_per_s"] == pytest.approx((750 + 3000) / 3.0, rel=1e-5)
+    assert figures["decode_tokens_per_s"] == pytest.approx(400 / 3.0, rel=1e-5)
     assert figures["requests_without_ttft"] == 1
     assert figures["ttft_ms"] == {"p50": 200.0, "p90": 500.0, "p99": 500.0}
     assert [bucket["prompt_tokens"] for bucket in figures["by_prompt_length"]] == ["0-2k", "2-8k"]
-    assert figures["by_prompt_length"][1]["decode_tokens_per_s"] == 200.0  # 300 / 1.5
+    assert figures["by_prompt_length"][1]["decode_tokens_per_s"] == 150.0  # 300 / 2.0
 
 
 async def test_a_job_id_is_a_batch_too(client: Client, services: StandInServices, alice: Caller) -> None:
@@ -220,7 +221,7 @@ async def test_a_job_id_is_a_batch_too(client: Client, services: StandInServices
     assert batch["created"] == int(START.timestamp())
     assert batch["requests"] == 2
     assert batch["throughput"]["requests_without_ttft"] == 1
-    assert batch["throughput"]["prefill_tokens_per_s"] == pytest.approx(5000.0, rel=1e-5)  # 1000 / 0.2
+    assert batch["throughput"]["prefill_tokens_per_s"] == pytest.approx(1000.0, rel=1e-5)  # 1000 / 1.0 s
 
 
 async def test_a_job_with_no_lines_run_yet_has_no_throughput(

@@ -28,11 +28,10 @@ def test_a_batch_has_its_figures_overall() -> None:
     assert as_json(figures.requests) == {"succeeded": 4, "failed": 1}
     assert as_json(figures.tokens) == {"prompt": 6100, "cached": 1500, "completion": 360}
     assert figures.cache_hit_ratio == 0.2459  # 1500 / 6100
-    # with a TTFT: SHORT, MEDIUM, SLOW; prefill 1000-1000.5, 1001-1002 and 1000.5-1000.6 cover
-    # 1000-1000.6 and 1001-1002: uncached prompt 600 + 2000 + 0 over 1.6 s
-    assert figures.prefill_tokens_per_s == 1625.0
-    # decode 1000.5-1002, 1002-1004 and 1000.6-1005.5 cover 1000.5-1005.5: 100 + 200 + 10 over 5 s
-    assert figures.decode_tokens_per_s == 62.0
+    # with a TTFT: SHORT, MEDIUM, SLOW; at the upstream 1000-1002, 1001-1004 and 1000.5-1005.5,
+    # which cover 1000-1005.5: uncached prompt 600 + 2000 + 0 over 5.5 s
+    assert figures.prefill_tokens_per_s == 472.7273
+    assert figures.decode_tokens_per_s == 56.3636  # completion 100 + 200 + 10 over the same 5.5 s
     assert figures.requests_without_ttft == 1  # NO_TTFT; FAILED is counted as failed instead
     # sorted TTFTs 100, 500, 1000: ranks ceil(1.5) = 2, ceil(2.7) = 3, ceil(2.97) = 3
     assert as_json(figures.ttft_ms) == {"p50": 500.0, "p90": 1000.0, "p99": 1000.0}
@@ -48,15 +47,16 @@ def test_each_prompt_length_bucket_has_the_same_figures_and_empty_ones_are_left_
     assert as_json(short.requests) == {"succeeded": 3, "failed": 1}
     assert as_json(short.tokens) == {"prompt": 3100, "cached": 500, "completion": 160}
     assert short.cache_hit_ratio == 0.1613  # 500 / 3100
-    assert short.prefill_tokens_per_s == 1000.0  # 600 over 1000-1000.6
-    assert short.decode_tokens_per_s == 22.0  # 110 over 1000.5-1005.5
+    assert short.prefill_tokens_per_s == 109.0909  # 600 over 1000-1005.5 (SHORT and SLOW)
+    assert short.decode_tokens_per_s == 20.0  # 110 over the same 5.5 s
     assert short.requests_without_ttft == 1
     assert as_json(short.ttft_ms) == {"p50": 100.0, "p90": 500.0, "p99": 500.0}
     assert medium.prompt_tokens == "2-8k"  # MEDIUM alone
     assert medium.span_s == 3.0
     assert as_json(medium.tokens) == {"prompt": 3000, "cached": 1000, "completion": 200}
     assert medium.cache_hit_ratio == 0.3333
-    assert (medium.prefill_tokens_per_s, medium.decode_tokens_per_s) == (2000.0, 100.0)
+    # 2,000 uncached prompt and 200 completion tokens over 1001-1004
+    assert (medium.prefill_tokens_per_s, medium.decode_tokens_per_s) == (666.6667, 66.6667)
     assert as_json(medium.ttft_ms) == {"p50": 1000.0, "p90": 1000.0, "p99": 1000.0}
 
 
@@ -78,45 +78,45 @@ def test_concurrent_requests_add_up_to_the_rate_they_were_served_at() -> None:
     figures = throughput(together)
 
     assert figures is not None
-    assert figures.prefill_tokens_per_s == 4000.0  # 4,000 tokens over the one second 1000-1001
-    assert figures.decode_tokens_per_s == 400.0  # 800 tokens over 1001-1003
+    assert figures.prefill_tokens_per_s == 1333.3333  # 4,000 tokens over the 3 s 1000-1003, not 12 s
+    assert figures.decode_tokens_per_s == 266.6667  # 800 tokens over the same 3 s
 
 
-def test_the_wait_in_the_queue_is_in_neither_interval() -> None:
+def test_the_wait_in_the_queue_is_not_time_at_the_upstream() -> None:
     # arrived at 1000, sent upstream at 1000.5, first token at 1001, done at 1002
     queued = TimedRecord(1000.0, 200, 1000, 0, 100, 2000.0, 500.0, queue_ms=500.0)
 
     figures = throughput([queued])
 
     assert figures is not None
-    assert figures.prefill_tokens_per_s == 2000.0  # 1,000 over 1000.5-1001
-    assert figures.decode_tokens_per_s == 100.0  # 100 over 1001-1002, not over 1.5 s
+    assert figures.prefill_tokens_per_s == 666.6667  # 1,000 over 1000.5-1002, not over 2 s
+    assert figures.decode_tokens_per_s == 66.6667  # 100 over the same 1.5 s
     assert figures.span_s == 2.0  # the span is still from the arrival
 
 
 def test_time_between_requests_is_not_counted() -> None:
     apart = [
-        TimedRecord(1000.0, 200, 100, 0, 10, 2000.0, 1000.0),  # prefill 1000-1001, decode 1001-1002
-        TimedRecord(1010.0, 200, 300, 0, 30, 2000.0, 1000.0),  # prefill 1010-1011, decode 1011-1012
+        TimedRecord(1000.0, 200, 100, 0, 10, 2000.0, 1000.0),  # at the upstream 1000-1002
+        TimedRecord(1010.0, 200, 300, 0, 30, 2000.0, 1000.0),  # at the upstream 1010-1012
     ]
 
     figures = throughput(apart)
 
     assert figures is not None
     assert figures.span_s == 12.0
-    assert figures.prefill_tokens_per_s == 200.0  # 400 over 2 s, not over the 11 s from 1000 to 1011
-    assert figures.decode_tokens_per_s == 20.0  # 40 over 2 s
+    assert figures.prefill_tokens_per_s == 100.0  # 400 over 4 s, not over the 12 s from 1000 to 1012
+    assert figures.decode_tokens_per_s == 10.0  # 40 over 4 s
 
 
-def test_a_ttft_past_the_end_leaves_no_decode_time() -> None:
+def test_a_ttft_past_the_end_extends_the_time_at_the_upstream_to_it() -> None:
     # the queue's wait and the TTFT add up to more than the latency (clocks measured apart)
     record = TimedRecord(1000.0, 200, 100, 0, 10, 1000.0, 800.0, queue_ms=400.0)
 
     figures = throughput([record])
 
     assert figures is not None
-    assert figures.prefill_tokens_per_s == 125.0  # 100 over 1000.4-1001.2
-    assert figures.decode_tokens_per_s is None  # no time at all
+    assert figures.prefill_tokens_per_s == 125.0  # 100 over 1000.4-1001.2 (to the first token)
+    assert figures.decode_tokens_per_s == 12.5  # 10 over the same 0.8 s
 
 
 @pytest.mark.parametrize(
@@ -147,8 +147,8 @@ def test_no_prompt_tokens_leaves_the_cache_hit_ratio_unknown() -> None:
 
     assert figures is not None
     assert figures.cache_hit_ratio is None
-    assert figures.prefill_tokens_per_s == 0.0  # no uncached prompt tokens in 0.04 s
-    assert figures.decode_tokens_per_s == 116.6667  # 7 / 0.06
+    assert figures.prefill_tokens_per_s == 0.0  # no uncached prompt tokens in 0.1 s
+    assert figures.decode_tokens_per_s == 70.0  # 7 / 0.1
 
 
 @pytest.mark.parametrize(
