@@ -22,10 +22,15 @@ from gateway.api.gateway.quotes import quoter
 from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency
+from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
+from gateway.errors import GatewayError
+from gateway.idempotency import IDEMPOTENCY_HEADER, idempotent_request
+from gateway.idempotency.service import ErrorAnswer
 from gateway.jobs import repository as batches
 from gateway.jobs.placement import job_placement, place_job, placement_rule
+from gateway.proxy.exchange import ProxyResult, new_request_id
 from gateway.schemas.batch_api import (
     Batch,
     BatchCreate,
@@ -39,7 +44,7 @@ from gateway.schemas.batch_api import (
     RequestCounts,
     present,
 )
-from gateway.services import ServicesDependency
+from gateway.services import Services, ServicesDependency
 
 JSON = "application/json"
 DEFAULT_PAGE, MAX_PAGE = 20, 100  # OpenAI's
@@ -122,8 +127,27 @@ async def create_batch(
     request: Request, services: ServicesDependency, principal: PrincipalDependency
 ) -> Response[bytes]:
     """A bad input file still makes a batch: `failed`, its `errors` naming the lines. A job asking
-    for a placement is quoted and placed before the create answers (`gateway.jobs.placement`)."""
-    spec = decode_body(await request.body(), BatchCreate)
+    for a placement is quoted and placed before the create answers (`gateway.jobs.placement`). With
+    an `Idempotency-Key`, a repeat of the create answers the batch it made (gateway.idempotency)."""
+    raw = await request.body()
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return _json(await _create(raw, request, services, principal))
+    request_id = getattr(request.state, "request_id", None)  # gateway.api.request_ids' (an app has it)
+    if request_id is None:
+        request.state.request_id = request_id = new_request_id()
+
+    async def create() -> ProxyResult:
+        batch = await _create(raw, request, services, principal)
+        return ProxyResult({"x-request-id": request_id}, body=msgspec.json.encode(batch))
+
+    keyed = idempotent_request(principal.team_id, key, "POST", "/v1/batches", raw)
+    answer = await services.idempotency.serve(keyed, request_id, create, _error_answer)
+    return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type=JSON)
+
+
+async def _create(raw: bytes, request: Request, services: Services, principal: Principal) -> Batch:
+    spec = decode_body(raw, BatchCreate)
     batches.check_metadata(spec.metadata)
     directives = batches.job_directives(request.headers, spec.metadata)
     rule = placement_rule(spec.metadata)
@@ -137,7 +161,12 @@ async def create_batch(
         if rule is not None and job.status != "failed":
             await place_job(session, job, rule, principal, directives, quoter(services))
     services.job_created()
-    return _json(batch_object(job))
+    return batch_object(job)
+
+
+def _error_answer(exc: GatewayError) -> ErrorAnswer:
+    """Never called: a create's errors are the gateway's own, given before any upstream, not kept."""
+    return ErrorAnswer(exc.status, exc.headers, exc.to_json())
 
 
 @get("/v1/batches", operation_class=documented(response=json_schema(BatchList)))

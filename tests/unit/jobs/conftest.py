@@ -21,6 +21,7 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.session import create_engine, session_factory
 from gateway.errors import GatewayError
+from gateway.idempotency import IdempotentRequests, MemoryIdempotencyStore
 from gateway.jobs.files.slots import FileSlots
 from gateway.jobs.files.store import FileStore
 from gateway.metrics.instruments import Metrics
@@ -44,6 +45,10 @@ class StandInServices:
     file_store: FileStore | None = None  # the database keeps the bytes
     file_slots: FileSlots = field(default_factory=lambda: FileSlots(2, 10.0))
     metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
+    # a create sent with an Idempotency-Key (kept in this process)
+    idempotency: IdempotentRequests = field(
+        default_factory=lambda: IdempotentRequests(MemoryIdempotencyStore(), 3600.0, 60.0, 1_000_000)
+    )
     jobs_created: int = 0
 
     def job_created(self) -> None:
