@@ -43,8 +43,9 @@ class ProviderReports(Protocol):
 
 def reconcilable(provider: Provider) -> bool:
     """Whether the provider's own reports can be read: an OpenAI or Anthropic provider with an admin
-    key (Azure bills through Azure Cost Management, which these reports are not)."""
-    return provider.admin_api_key is not None and provider.kind in (
+    key (Azure bills through Azure Cost Management, which these reports are not). An empty key, as
+    `${OPENAI_ADMIN_KEY:-}` leaves it unset, is none."""
+    return bool(provider.admin_api_key) and provider.kind in (
         ProviderKind.OPENAI,
         ProviderKind.ANTHROPIC,
     )

@@ -151,3 +151,12 @@ async def test_an_answer_that_is_not_a_report_is_an_error() -> None:
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
         with pytest.raises(ProviderReportError, match="not a report"):
             await reports_of(provider(ProviderKind.OPENAI), http).day(today().date(), set())
+
+
+def test_only_openai_and_anthropic_providers_with_an_admin_key_are_reconciled() -> None:
+    from gateway.reconciliation.reports import reconcilable
+
+    assert reconcilable(provider(ProviderKind.OPENAI)) and reconcilable(provider(ProviderKind.ANTHROPIC))
+    assert not reconcilable(provider(ProviderKind.OPENAI, admin_key=""))  # `${VAR:-}` left unset
+    azure = Provider(name="a", kind=ProviderKind.AZURE, region="r", base_url="http://a", admin_api_key="k")
+    assert not reconcilable(azure)
