@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from gateway.reconciliation.comparison import ALL_TIERS, DEFAULT_TIER, Tokens
-from gateway.reconciliation.reports import ProviderReportError, read_report, reports_of
+from gateway.reconciliation.reports import ProviderReportError, read_report, reconcilable, reports_of
 from gateway.schemas.provider_reports import OpenAIUsagePage
 from gateway.settings import Provider, ProviderKind
 from mock_upstream.transport import InProcessMockTransport
@@ -154,8 +154,6 @@ async def test_an_answer_that_is_not_a_report_is_an_error() -> None:
 
 
 def test_only_openai_and_anthropic_providers_with_an_admin_key_are_reconciled() -> None:
-    from gateway.reconciliation.reports import reconcilable
-
     assert reconcilable(provider(ProviderKind.OPENAI)) and reconcilable(provider(ProviderKind.ANTHROPIC))
     assert not reconcilable(provider(ProviderKind.OPENAI, admin_key=""))  # `${VAR:-}` left unset
     azure = Provider(name="a", kind=ProviderKind.AZURE, region="r", base_url="http://a", admin_api_key="k")
