@@ -85,6 +85,11 @@ bench-usage-10m: $(STAMP)
 bench-jobs: $(STAMP)
 	$(BIN)/python -m bench.batch_jobs $(SCENARIOS)
 
+## Batch quotes against reality on the simulated vLLM (bench/quotes): three job shapes quoted, then run.
+.PHONY: bench-quotes
+bench-quotes: $(STAMP)
+	$(BIN)/python -m bench.quotes $(SCENARIOS)
+
 ## Usage reports at 1,000,000 records (bench/usage_scale): report queries, console pages, the writer's rate.
 .PHONY: bench-usage
 bench-usage: $(STAMP)

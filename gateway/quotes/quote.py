@@ -203,8 +203,11 @@ class Quoter:
         output = sum(line.output for line in ordered)
         quoted = []
         for lane in lanes:
-            expected = await self._duration(session, lane, len(ordered), output)
-            quoted.append(lane_quote(lane, counts[lane.tokenizer], output, expected, window_s))
+            counted = counts[lane.tokenizer]
+            expected = await self._duration(
+                session, lane, len(ordered), counted.prompt - counted.cached, output
+            )
+            quoted.append(lane_quote(lane, counted, output, expected, window_s))
         return BatchQuote(
             model=model,
             lines=len(ordered),
@@ -216,15 +219,17 @@ class Quoter:
             by_deadline=_id(pick(quoted, BY_DEADLINE)),
         )
 
-    async def _duration(self, session: AsyncSession, lane: Lane, lines: int, output: int) -> QuoteDuration:
+    async def _duration(
+        self, session: AsyncSession, lane: Lane, lines: int, uncached: int, output: int
+    ) -> QuoteDuration:
         deployment = lane.deployment
         ahead = await duration.lines_ahead(session, deployment.id) + self._queued(deployment.provider.name)
         if lane.execution != GATEWAY:
             durations = await duration.provider_job_durations(session, deployment.id)
             return duration.within_window(durations, PROVIDER_WINDOW_S, ahead)
-        history = await duration.line_history(session, deployment.id, utcnow())
-        shape = duration.Shape(lines, output / max(lines, 1), self._in_flight(lane, lines), ahead)
-        return duration.expected(history, shape)
+        speeds = await duration.batch_history(session, deployment.id, utcnow())
+        shape = duration.Shape(lines, uncached, output, self._in_flight(lane, lines), ahead)
+        return duration.expected(speeds, shape)
 
     def _in_flight(self, lane: Lane, lines: int) -> int:
         """A job's lines at once: the runner's concurrency, bound by the replicas' capacity."""
