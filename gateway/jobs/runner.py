@@ -45,6 +45,7 @@ from gateway.jobs.line_sender import (
     orphan_event,
 )
 from gateway.jobs.output_files import BATCH_CANCELLED, BATCH_EXPIRED, build_job_files
+from gateway.jobs.placement import with_tier
 from gateway.jobs.provider_batches import OVER_BUDGET, ProviderBatches
 from gateway.jobs.repository import CHAT_ENDPOINT, LINE_ENDPOINTS
 from gateway.limits import Limiter, Reservations
@@ -305,6 +306,7 @@ class JobRun:
                 return "expired"
             async with self._sessions() as session:
                 lines = await ledger.pending_lines(session, job.id, LINE_ENDPOINTS[job.endpoint])
+            lines = with_tier(lines, job)  # a job placed on a service tier's lane asks it of each line
             if not lines:
                 return "completed"
             paused = await self._send_all(lines, directives, expires_at)
