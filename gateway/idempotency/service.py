@@ -56,7 +56,7 @@ class IdempotentRequests:
         self.window_s = window_s
         self.lease_s = lease_s  # how long a first request is waited for before a repeat runs itself
         self.max_answer_bytes = max_answer_bytes
-        self._wakeups: dict[str, asyncio.Event] = {}  # slots this process's waiters wait on
+        self._wakeups: dict[str, _Waiters] = {}  # slots this process's requests wait on
         self._running: set[asyncio.Task[Any]] = set()  # first requests, run on if abandoned
 
     async def serve(
@@ -174,16 +174,32 @@ class IdempotentRequests:
     async def _wait(self, slot: str, timeout_s: float) -> None:
         """Until this process's first request of `slot` ends, or `timeout_s` (one in another
         process is polled for)."""
-        event = self._wakeups.get(slot)
-        if event is None:
-            event = self._wakeups[slot] = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        waiters = self._wakeups.get(slot)
+        if waiters is None:
+            waiters = self._wakeups[slot] = _Waiters()
+        waiters.count += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiters.event.wait(), timeout_s)
+        finally:
+            waiters.count -= 1
+            if not waiters.count and self._wakeups.get(slot) is waiters:
+                del self._wakeups[slot]  # nobody left waiting: nothing kept for a slot
 
     def _wake(self, slot: str) -> None:
-        event = self._wakeups.pop(slot, None)
-        if event is not None:
-            event.set()
+        waiters = self._wakeups.pop(slot, None)
+        if waiters is not None:
+            waiters.event.set()
+
+
+class _Waiters:
+    """This process's requests waiting for one slot's first request."""
+
+    __slots__ = ("count", "event")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
 
 
 def _replayed(answer: StoredAnswer) -> ProxyResult:
