@@ -205,3 +205,24 @@ async def test_an_invalid_key_is_a_400(front: Front, key: str) -> None:
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == "invalid_idempotency_key"
     assert front.upstream_calls() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/embeddings", {"model": "text-embedding-3-small", "input": "kept once"}),
+        ("/v1/responses", {"model": "gpt-4o-mini", "input": "kept once"}),
+        ("/v1/completions", {"model": "gpt-4o-mini", "prompt": "kept once"}),
+        ("/v1/responses", {"model": "gpt-4o-mini", "input": "kept once", "stream": True}),
+    ],
+)
+async def test_every_proxied_endpoint_answers_a_repeat_from_the_store(
+    front: Front, path: str, body: dict[str, Any]
+) -> None:
+    first = await front.post(path, body, "each-endpoint")
+    again = await front.post(path, body, "each-endpoint")
+
+    assert first.status_code == 200, first.text
+    assert again.content == first.content
+    assert again.headers[REPLAY_HEADER] == "true"
+    assert front.upstream_calls() == 1
