@@ -108,17 +108,15 @@ class MockBill:
         """Count a successful answer's usage, as its body or frames carry it."""
         if reply.status != 200 or route.operation not in _BILLED:
             return
-        payloads = _payloads(reply)
         usage: dict[str, Any] = {}
         model = tier = None
-        for payload in payloads:
-            for holder in (payload, payload.get("response"), payload.get("message")):
-                if not isinstance(holder, dict):
+        for billed in _billed_parts(reply):
+            for holder in (billed, billed.response, billed.message):
+                if holder is None:
                     continue
-                if isinstance(holder.get("usage"), dict):
-                    usage.update(holder["usage"])
-                model = holder.get("model") if isinstance(holder.get("model"), str) else model
-                tier = holder.get("service_tier") if isinstance(holder.get("service_tier"), str) else tier
+                usage.update(holder.usage or {})
+                model = holder.model or model
+                tier = holder.service_tier or tier
         if not usage:
             return
         tier = usage.get("service_tier") or tier
@@ -330,27 +328,39 @@ def report_route(method: str, path: str) -> tuple[Api, str] | None:
     return None
 
 
-def _payloads(reply: MockReply) -> list[dict[str, Any]]:
-    """The JSON objects of a reply: its body, or each SSE frame's data."""
-    raws = [reply.body] if reply.frames is None else _frame_data(reply.frames)
-    payloads = []
+class _Billed(msgspec.Struct):
+    """What the bill reads of a reply's body or stream event; the rest is skipped unread."""
+
+    model: str | None = None
+    service_tier: str | None = None
+    usage: dict[str, Any] | None = None
+    response: _Billed | None = None  # a Responses stream event's Response
+    message: _Billed | None = None  # Anthropic's message_start
+
+
+_BILLED_DECODER = msgspec.json.Decoder(_Billed)
+_USAGE = b'"usage":{'  # a frame with counts in it (msgspec, as the mock writes, puts no space)
+
+
+def _billed_parts(reply: MockReply) -> list[_Billed]:
+    """A reply's body, or those of its stream's frames that carry usage."""
+    if reply.frames is None:
+        raws = [reply.body]
+    else:
+        raws = [
+            line[len(b"data: ") :]
+            for frame in reply.frames
+            if _USAGE in frame
+            for line in frame.split(b"\n")
+            if line.startswith(b"data: ")
+        ]
+    parts = []
     for raw in raws:
         try:
-            decoded = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+            parts.append(_BILLED_DECODER.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-        if isinstance(decoded, dict):
-            payloads.append(decoded)
-    return payloads
-
-
-def _frame_data(frames: list[bytes]) -> list[bytes]:
-    return [
-        line[len(b"data: ") :]
-        for frame in frames
-        for line in frame.split(b"\n")
-        if line.startswith(b"data: ") and line != b"data: [DONE]"
-    ]
+    return parts
 
 
 def _tokens(api: Api, usage: dict[str, Any]) -> tuple[int, int, int, int]:
