@@ -50,6 +50,7 @@ from mock_upstream.routes import Api, Operation, Route
 ADMIN_KEY = "sk-admin-mock"  # the admin key the report endpoints take
 PER_MILLION = Decimal(1_000_000)
 DAY_S = 86_400
+MAX_GROUPS = 100_000  # (api, day, model, tier) groups held: a flood of made-up model names stops here
 REPORT_PATHS = {
     "/organization/usage/completions": (Api.OPENAI, "usage"),
     "/organization/costs": (Api.OPENAI, "costs"),
@@ -124,6 +125,8 @@ class MockBill:
             tier = request_body.get("service_tier")
         day = datetime.fromtimestamp(time.time() if now is None else now, UTC).date()
         key = (route.api, day, model or "", self._tier(route.api, tier))
+        if key not in self.served and len(self.served) >= MAX_GROUPS:
+            return
         group = self.served.setdefault(key, Served())
         prompt, read, written, output = _tokens(route.api, usage)
         group.input += prompt
