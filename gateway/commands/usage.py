@@ -8,6 +8,7 @@ named by their names (`--team` takes a name or an id);
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -131,7 +132,11 @@ def cmd_usage_reconcile(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-        log = structlog.get_logger("gateway.reconciliation")
+        # the table is the answer on stdout; the warnings past the threshold go to stderr
+        log = structlog.wrap_logger(
+            structlog.PrintLogger(sys.stderr),
+            wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        )
         findings: list[Finding] = []
         failed = False
         async with httpx.AsyncClient(timeout=httpx.Timeout(REPORT_TIMEOUT_S)) as http:

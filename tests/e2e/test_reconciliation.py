@@ -212,6 +212,8 @@ def test_a_day_agrees_to_the_token_then_a_drift_is_found(stack: ReconcileStack) 
     drifted = stack.reconcile()
     assert drifted.returncode == 3, drifted.stdout + drifted.stderr
     assert "PAST" in drifted.stdout
+    assert drifted.stderr.count("reconciliation_difference") == 5  # a warning for each, on stderr
+    assert MOCK_ADMIN_KEY not in drifted.stdout + drifted.stderr + stack.gateway.logs()
     rows = stored(stack.database_url)
     output = rows[("up-openai", "gpt-b", "default", "output")]
     assert (output.gateway, output.reported, output.difference) == (output_b, output_b + 40, 40)
