@@ -41,10 +41,14 @@ class _AssembledChoice:
     def add(self, delta: ChunkDelta) -> bool:
         """Take one delta; True when it carried output (a token of content, refusal or a tool call)."""
         self.role = delta.role or self.role
-        if delta.content is not None:
-            self.content = [*(self.content or []), delta.content]
+        if delta.content is not None:  # appended in place: a copy a token is quadratic in the answer
+            if self.content is None:
+                self.content = []
+            self.content.append(delta.content)
         if delta.refusal is not None:
-            self.refusal = [*(self.refusal or []), delta.refusal]
+            if self.refusal is None:
+                self.refusal = []
+            self.refusal.append(delta.refusal)
         for part in delta.tool_calls or []:
             call = self.tool_calls.setdefault(part.index, _AssembledToolCall())
             call.id = part.id or call.id
