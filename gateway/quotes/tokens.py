@@ -23,8 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import bpe_openai  # type: ignore[import-untyped]
-
 from gateway.jobs.line_sender import estimated_prompt
 from gateway.settings import ProviderKind
 from gateway.settings.catalog import DeploymentSpec, Provider
@@ -157,10 +155,18 @@ def _id_blocks(ids: Sequence[int], block: int) -> tuple[bytes, ...]:
     )
 
 
+def _bpe() -> Any:
+    """The BPE package, imported on a quote's first use of it: importing it takes half a second,
+    which no process start and no other command should pay."""
+    import bpe_openai  # type: ignore[import-untyped]
+
+    return bpe_openai
+
+
 @functools.cache
 def _encoding(name: str) -> Any:
     """The BPE, loaded once a process (its ranks take most of a second to build)."""
-    return bpe_openai.get_encoding(name)
+    return _bpe().get_encoding(name)
 
 
 def tokenizer_name(spec: DeploymentSpec, provider: Provider) -> str:
@@ -170,7 +176,7 @@ def tokenizer_name(spec: DeploymentSpec, provider: Provider) -> str:
         return spec.tokenizer
     if provider.kind in BPE_KINDS:
         try:
-            name = bpe_openai.encoding_name_for_model(spec.model)
+            name = _bpe().encoding_name_for_model(spec.model)
         except Exception:  # a model the package does not know
             return ESTIMATE
         return name if name in BPE_NAMES else ESTIMATE
