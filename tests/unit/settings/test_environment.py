@@ -339,6 +339,26 @@ def test_a_bad_key_cache_ttl_names_the_variable(tmp_path: Path) -> None:
         load_settings({"GATEWAY_CONFIG": str(write(tmp_path, MINIMAL)), "GATEWAY_KEY_CACHE_TTL_S": "soon"})
 
 
+def test_the_idempotency_settings(tmp_path: Path) -> None:
+    config = str(write(tmp_path, MINIMAL))
+    defaults = load_settings({"GATEWAY_CONFIG": config})
+    chosen = load_settings(
+        {
+            "GATEWAY_CONFIG": config,
+            "GATEWAY_IDEMPOTENCY_WINDOW_S": "3600",
+            "GATEWAY_IDEMPOTENCY_LEASE_S": "30",
+            "GATEWAY_IDEMPOTENCY_MAX_ANSWER_BYTES": "1024",
+        }
+    )
+
+    assert (defaults.idempotency_window_s, defaults.idempotency_lease_s) == (86400.0, 600.0)
+    assert defaults.idempotency_max_answer_bytes == 4 * 1024 * 1024
+    assert (chosen.idempotency_window_s, chosen.idempotency_lease_s) == (3600.0, 30.0)
+    assert chosen.idempotency_max_answer_bytes == 1024
+    with pytest.raises(ConfigError, match="GATEWAY_IDEMPOTENCY_LEASE_S: must be more than 0"):
+        load_settings({"GATEWAY_CONFIG": config, "GATEWAY_IDEMPOTENCY_LEASE_S": "0"})
+
+
 def test_the_default_config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "gateway.yaml").write_text(MINIMAL)
