@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -155,11 +155,15 @@ def send_a_day_of_traffic(stack: ReconcileStack) -> None:
 
 
 def stored(database_url: str) -> dict[tuple[str, str, str, str], UsageReconciliation]:
+    """Today's stored findings (the gateway's own daily run stores the days before, without traffic)."""
+    today = datetime.now(UTC).date()
+
     async def read() -> list[UsageReconciliation]:
         engine = create_engine(database_url)
         try:
             async with session_factory(engine)() as session:
-                return list((await session.scalars(select(UsageReconciliation))).all())
+                query = select(UsageReconciliation).where(UsageReconciliation.day == today)
+                return list((await session.scalars(query)).all())
         finally:
             await engine.dispose()
 
@@ -232,3 +236,23 @@ def test_a_day_agrees_to_the_token_then_a_drift_is_found(stack: ReconcileStack) 
         ("up-openai", "*", "*", "cost"),
         ("up-anthropic", "*", "*", "cost"),
     }
+
+
+def test_the_serving_process_reconciles_the_settled_days_itself(stack: ReconcileStack) -> None:
+    settled = datetime.now(UTC).date() - timedelta(days=2)  # ended over a day ago: past delay_h (6)
+
+    async def providers_of_the_day() -> set[str]:
+        engine = create_engine(stack.database_url)
+        try:
+            async with session_factory(engine)() as session:
+                query = select(UsageReconciliation.provider).where(UsageReconciliation.day == settled)
+                return set((await session.scalars(query)).all())
+        finally:
+            await engine.dispose()
+
+    deadline = time.monotonic() + 30
+    while asyncio.run(providers_of_the_day()) != {"up-openai", "up-anthropic"}:
+        assert time.monotonic() < deadline, stack.gateway.logs()
+        time.sleep(0.2)
+    metrics = httpx.get(stack.gateway.base_url + "/metrics").text
+    assert 'gateway_reconciliation_day_timestamp_seconds{provider="up-anthropic"}' in metrics
