@@ -84,7 +84,7 @@ class IdempotentRequests:
                     "body) by your team; send a new key for a new request",
                     param="Idempotency-Key",
                     code="idempotency_key_reused",
-                    headers=NO_RETRY,
+                    headers=dict(NO_RETRY),
                 )
             if isinstance(held, StoredAnswer):
                 log.info(
