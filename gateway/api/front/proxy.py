@@ -9,8 +9,9 @@ the key is checked, under the process's budget of bodies being read
 (`gateway.api.front.request_body`), and sends the ASGI messages; a stream is relayed frame by frame
 and stopped as soon as the client leaves, or stops taking what is sent
 (`gateway.api.front.sse_relay`). A request with an `Idempotency-Key` runs once for its team's key,
-its repeats answered from the store (`gateway.idempotency`). Litestar declares the same paths only to document them, and hands
-the front the spellings of them its router also takes (`/v1/chat/completions/`): `ProxyFront.asgi`.
+its repeats answered from the store (`gateway.idempotency`). Litestar declares the same paths only
+to document them, and hands the front the spellings of them its router also takes
+(`/v1/chat/completions/`): `ProxyFront.asgi`.
 """
 
 from __future__ import annotations
