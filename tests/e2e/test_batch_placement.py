@@ -9,6 +9,8 @@ deployment, each metered at its lane's price. The quote endpoint lists the lanes
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -210,3 +212,37 @@ def test_by_deadline_with_a_day_takes_the_batch_api(stack: Stack) -> None:
     batch = placed_job(stack, "later", "by_deadline", "24h")
 
     assert batch.model_extra is not None and batch.model_extra["gateway"]["placement"]["lane"] == BATCH_API
+
+
+def test_the_console_shows_a_placed_jobs_quote_with_its_lane_marked(stack: Stack) -> None:
+    batch = placed_job(stack, "shown", "by_deadline", "1h")
+
+    with httpx.Client(base_url=stack.gateway.base_url) as console:
+        signed_in = console.post("/ui/login", data={"key": stack.team.key, "next": f"/ui/batches/{batch.id}"})
+        page = console.get(f"/ui/batches/{batch.id}")
+
+    assert signed_in.status_code in (200, 303), signed_in.text
+    assert page.status_code == 200
+    assert 'id="placement"' in page.text
+    assert f'class="chosen" data-chosen="true" data-lane="{FLEX}"' in page.text
+    assert all(f'data-lane="{lane}"' in page.text for lane in PRICES)
+
+
+def test_the_cli_prints_a_quote_as_a_table(stack: Stack, tmp_path: Any) -> None:
+    system = {"role": "system", "content": "Be brief."}
+    body = {"model": "chat", "messages": [system, {"role": "user", "content": "Hi?"}], "max_tokens": 8}
+    path = tmp_path / "lines.jsonl"
+    path.write_text(
+        json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body}) + "\n"
+    )
+    command = [sys.executable, "-m", "gateway.cli", "batches", "quote", str(path)]
+    command += ["--url", stack.gateway.base_url, "--key", stack.team.key, "--window", "1h"]
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.splitlines()
+    assert rows[0] == "chat, 1 lines"
+    assert rows[1].split()[:3] == ["lane", "execution", "tier"]
+    assert {row.split()[0] for row in rows[3:-1]} == {*PRICES, "cloud/cloud-chat:gateway"}
+    assert rows[-1].startswith(f"cheapest: {BATCH_API}")
