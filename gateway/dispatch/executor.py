@@ -166,9 +166,12 @@ class Executor:
                     await before_send(deployment)
                 with self._in_flight(deployment.id):
                     if measured:
-                        body, first_token = await self._assembled(deployment.provider, request, adapter)
+                        body, first_token = await self._assembled(
+                            deployment.provider, request, adapter, grant.first_token
+                        )
                         attempts.ttft_s = None if first_token is None else first_token - started
                     else:  # the time to the whole answer is no time to a first token: none is known
+                        grant.first_token()  # nor will it be: batch work need not wait for it
                         body = await self._exchange(deployment.provider, request, adapter)
                 response = adapter.parse_response(call, body)
             except BaseException:
@@ -249,10 +252,14 @@ class Executor:
         return body
 
     async def _assembled(
-        self, provider: Provider, request: UpstreamRequest, adapter: ProviderAdapter
+        self,
+        provider: Provider,
+        request: UpstreamRequest,
+        adapter: ProviderAdapter,
+        on_first_token: Callable[[], None],
     ) -> tuple[bytes, float | None]:
         """A chat completion streamed from the upstream, assembled into one non-streaming answer,
-        and the moment (perf_counter) its first token arrived, if one did."""
+        and the moment (perf_counter) its first token arrived, if one did (told to `on_first_token`)."""
         reply = await self._open(provider, request)
         if reply.status >= 400:
             body = await self._whole_body(reply)
@@ -270,6 +277,7 @@ class Executor:
                 for data in decoder.feed(chunk):
                     if assembly.feed(data):
                         first_token = time.perf_counter()
+                        on_first_token()
             for data in decoder.close():
                 assembly.feed(data)
         finally:
@@ -297,6 +305,7 @@ class Executor:
             started = time.perf_counter()
             stream = await self._first_frames(deployment, call, grant)
             attempts.ttft_s = time.perf_counter() - started
+            grant.first_token()
             return stream
 
         return await self._retrying(deployment, call, ticket, attempts, max_attempts, once)

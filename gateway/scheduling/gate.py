@@ -10,6 +10,14 @@ Work-conserving: batch work leaves `interactive_reserve` of the capacity (slots 
 `max_concurrency`, and of the learned KV budget) free only while interactive work is about (in
 flight or waiting here, or seen within `reserve_idle_s`); otherwise the reserve is lent to it. An
 interactive arrival takes the next free slot first (the queue's order).
+
+Interactive prefill first: while an interactive request sent here has not had its first token,
+no batch request is sent here, for at most `interactive_prefill_guard_s` from the moment the first
+of them was sent (so a steady stream of interactive requests cannot starve batch work). A
+continuous-batching server prefills the prompts that arrive together in the same steps, and a
+step's time grows with the tokens it prefills: batch prompts arriving beside an interactive one
+lengthen the step its first token waits for (on the simulated vLLM, a p99 TTFT 1.95x the one
+alone). A freed slot idles for that window at most, a few dozen milliseconds a time.
 """
 
 from __future__ import annotations
@@ -54,6 +62,12 @@ class Grant:
     ticket: Ticket | None = None
     bank: PermitBank | None = None  # the shared bank the permit came from, if any
     released: bool = False
+    prefilling: bool = False  # an interactive request before its first token (batch work waits)
+
+    def first_token(self) -> None:
+        """The upstream's first token (or first frames) came: batch work may be sent again."""
+        if self.gate is not None:
+            self.gate.prefill_over(self)
 
     def release(self, usage: TokenUsage | None = None) -> None:
         """Give the permit back (idempotent); `usage`: what the request really used, if known."""
@@ -83,6 +97,7 @@ class ReplicaGate:
         batch_share: float,
         interactive_reserve: float = 0.0,
         reserve_idle_s: float = 1.0,
+        prefill_guard_s: float = 0.0,
         aging_passes: int = AGING_PASSES,
         load: ServerLoad | None = None,
         observe_wait: Callable[[str, float], None] = lambda priority, seconds: None,
@@ -92,6 +107,9 @@ class ReplicaGate:
         self._batch_kv_share = 1.0 - interactive_reserve
         self._reserve_idle_s = reserve_idle_s
         self._interactive_in_flight = 0
+        self._prefill_guard_s = prefill_guard_s
+        self._prefilling = 0  # interactive requests sent here and not yet at their first token
+        self._guard_until = 0.0  # batch work waits for them until then
         self._interactive_until = 0.0  # the reserve is kept for interactive work until then
         self.queue = FairQueue(batch_share, aging_passes)
         # Counted from the ask for a permit to its release, so that requests arriving during a
@@ -169,6 +187,8 @@ class ReplicaGate:
 
         The server's load is checked and the request counted before the bank is asked: the
         requests that arrive during that round trip must see this one, or a burst passes at once."""
+        if ticket.priority is Priority.BATCH and self._guarded():
+            return None
         keep_reserve = ticket.priority is Priority.BATCH and self._reserve_kept()
         load = self.server_load
         if load is not None:
@@ -217,15 +237,35 @@ class ReplicaGate:
         return Permit(None, tokens) if fitting else None
 
     def _granted(self, ticket: Ticket, permit: Permit, waited_s: float) -> Grant:
+        grant = Grant(self.url, waited_s, self, ticket, permit.bank)
         if ticket.priority is Priority.INTERACTIVE:
             self._interactive_in_flight += 1
+            if self._prefill_guard_s > 0:
+                if not self._prefilling:  # a new window; its end wakes the pump
+                    self._guard_until = time.monotonic() + self._prefill_guard_s
+                    asyncio.get_running_loop().call_later(self._prefill_guard_s, self._wake.set)
+                grant.prefilling = True
+                self._prefilling += 1
         self.queue.started(ticket)
         self._observe_wait(ticket.priority.value, waited_s)
-        return Grant(self.url, waited_s, self, ticket, permit.bank)
+        return grant
+
+    def _guarded(self) -> bool:
+        """Whether batch work waits for an interactive request's first token now."""
+        return self._prefilling > 0 and time.monotonic() < self._guard_until
+
+    def prefill_over(self, grant: Grant) -> None:
+        """`grant`'s request had its first token, or ended."""
+        if grant.prefilling:
+            grant.prefilling = False
+            self._prefilling -= 1
+            if not self._prefilling:
+                self._wake.set()
 
     def give_back(self, grant: Grant, usage: TokenUsage | None) -> None:
         ticket = grant.ticket
         assert ticket is not None
+        self.prefill_over(grant)
         freed = self.held.drop(ticket)
         if grant.bank is not None:
             grant.bank.release(self.url, freed)
@@ -278,6 +318,8 @@ class ReplicaGate:
     def _fits_here(self, ticket: Ticket) -> bool:
         """Whether `ticket` fits what this process sees (the server's load, its own counts): the
         shared bank is asked only for a request that does."""
+        if ticket.priority is Priority.BATCH and self._guarded():
+            return False
         keep_reserve = ticket.priority is Priority.BATCH and self._reserve_kept()
         load = self.server_load
         if load is not None and not load.may_dispatch(ticket, self._batch_kv_share if keep_reserve else 1.0):

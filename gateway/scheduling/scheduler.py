@@ -89,6 +89,7 @@ class ProviderQueue:
                     batch_share=settings.batch_share,
                     interactive_reserve=settings.interactive_reserve,
                     reserve_idle_s=settings.reserve_idle_s,
+                    prefill_guard_s=settings.interactive_prefill_guard_s,
                     aging_passes=settings.length_aging_passes,
                     observe_wait=lambda priority, s: observe_wait(provider.name, priority, s),
                 )

@@ -46,6 +46,10 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # The reserve is kept only while interactive work is about: in flight or waiting at the
     # replica, or seen there within this many seconds; otherwise batch work may use it
     reserve_idle_s: float = 1.0
+    # While an interactive request sent to a replica has not had its first token, for at most this
+    # long, no batch request is sent there: batch prompts prefilled beside it lengthen the step its
+    # first token waits for (0: off)
+    interactive_prefill_guard_s: float = 0.25
     # Within a class and team, shorter prompts go first; a waiter that this many others went
     # before (shorter ones of its team, or ones a gate let past it) goes first (0: arrival order)
     length_aging_passes: int = 32
@@ -132,6 +136,7 @@ def check_scheduling(scheduling: SchedulingSettings, path: Path) -> None:
         "scheduling.batch_share": 0 < scheduling.batch_share <= 1,
         "scheduling.interactive_reserve": 0 <= scheduling.interactive_reserve < 1,
         "scheduling.reserve_idle_s": scheduling.reserve_idle_s >= 0,
+        "scheduling.interactive_prefill_guard_s": scheduling.interactive_prefill_guard_s >= 0,
         "scheduling.length_aging_passes": scheduling.length_aging_passes >= 0,
         "scheduling.affinity_load_bound": scheduling.affinity_load_bound >= 1,
         "scheduling.prefix_affinity_tokens": 0 <= scheduling.prefix_affinity_tokens <= 1_000_000,

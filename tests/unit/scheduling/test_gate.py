@@ -269,3 +269,38 @@ async def test_a_request_cancelled_while_the_bank_is_asked_is_not_counted_in_fli
     with pytest.raises(asyncio.CancelledError):
         await asking
     assert replica.in_flight == 0 and replica.tokens_in_flight == 0
+
+
+async def test_batch_work_waits_for_an_interactive_requests_first_token() -> None:
+    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=20), batch_share=0.1, prefill_guard_s=5.0)
+    interactive = await replica.enter(ticket(), 1.0, never_full)
+    batch = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
+    await asyncio.sleep(0.05)
+    assert not batch.done()  # free slots, but the interactive prompt is being prefilled
+    interactive.first_token()
+    (await asyncio.wait_for(batch, 1.0)).release()
+    interactive.release()
+
+
+async def test_the_prefill_guard_holds_batch_work_for_its_window_at_most() -> None:
+    """An interactive request whose first token never comes (or a steady stream of them) cannot
+    starve batch work: the window is counted from the first one sent."""
+    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=20), batch_share=0.1, prefill_guard_s=0.1)
+    interactive = await replica.enter(ticket(), 1.0, never_full)
+    batch = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
+    await asyncio.sleep(0.03)
+    another = await replica.enter(ticket(), 1.0, never_full)  # sent within the window: no new one
+    assert not batch.done()
+    (await asyncio.wait_for(batch, 1.0)).release()  # the window's end wakes the queue
+    for grant in (interactive, another):
+        grant.release()
+
+
+async def test_an_ended_interactive_request_ends_the_guard() -> None:
+    replica = ReplicaGate("vllm", URL, Caps(max_concurrency=20), batch_share=0.1, prefill_guard_s=5.0)
+    interactive = await replica.enter(ticket(), 1.0, never_full)
+    batch = asyncio.create_task(replica.enter(ticket(priority=Priority.BATCH), 5.0, never_full))
+    await asyncio.sleep(0.02)
+    assert not batch.done()
+    interactive.release()  # it failed before its first token, say
+    (await asyncio.wait_for(batch, 1.0)).release()
