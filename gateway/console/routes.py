@@ -15,6 +15,7 @@ from gateway.console.auth.sessions import ConsoleSessions, session_dependencies
 from gateway.console.auth.sign_in import SIGN_IN_HANDLERS
 from gateway.console.pages.batches import BATCH_PAGE_HANDLERS
 from gateway.console.pages.providers import PROVIDER_PAGE_HANDLERS
+from gateway.console.pages.quotes import QUOTE_PAGE_HANDLERS
 from gateway.console.pages.reconciliation import RECONCILIATION_PAGE_HANDLERS
 from gateway.console.pages.teams import TEAM_PAGE_HANDLERS
 from gateway.console.pages.usage import USAGE_PAGE_HANDLERS
@@ -49,6 +50,7 @@ def console_router(settings: Settings) -> Router:
             *SIGN_IN_HANDLERS,
             *USAGE_PAGE_HANDLERS,
             *BATCH_PAGE_HANDLERS,
+            *QUOTE_PAGE_HANDLERS,
             *PROVIDER_PAGE_HANDLERS,
             *RECONCILIATION_PAGE_HANDLERS,
             *TEAM_PAGE_HANDLERS,

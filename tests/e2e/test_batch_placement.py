@@ -214,18 +214,24 @@ def test_by_deadline_with_a_day_takes_the_batch_api(stack: Stack) -> None:
     assert batch.model_extra is not None and batch.model_extra["gateway"]["placement"]["lane"] == BATCH_API
 
 
-def test_the_console_shows_a_placed_jobs_quote_with_its_lane_marked(stack: Stack) -> None:
+def test_the_console_shows_a_placed_jobs_quote_with_its_lane_marked_and_quotes_a_file(stack: Stack) -> None:
     batch = placed_job(stack, "shown", "by_deadline", "1h")
+
+    file_id = input_file(stack.client(), "console")
 
     with httpx.Client(base_url=stack.gateway.base_url) as console:
         signed_in = console.post("/ui/login", data={"key": stack.team.key, "next": f"/ui/batches/{batch.id}"})
         page = console.get(f"/ui/batches/{batch.id}")
+        quoted = console.get("/ui/quote", params={"file": file_id, "window": "1h"})
 
     assert signed_in.status_code in (200, 303), signed_in.text
     assert page.status_code == 200
     assert 'id="placement"' in page.text
     assert f'class="chosen" data-chosen="true" data-lane="{FLEX}"' in page.text
     assert all(f'data-lane="{lane}"' in page.text for lane in PRICES)
+    assert quoted.status_code == 200
+    assert 'id="quote-result"' in quoted.text and "data-chosen" not in quoted.text
+    assert all(f'data-lane="{lane}"' in quoted.text for lane in PRICES)
 
 
 def test_the_cli_prints_a_quote_as_a_table(stack: Stack, tmp_path: Any) -> None:
