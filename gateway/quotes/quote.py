@@ -30,7 +30,7 @@ from gateway.providers.base import TokenUsage
 from gateway.quotes import duration
 from gateway.quotes.lanes import GATEWAY, Lane, quote_lanes, rate
 from gateway.quotes.tokens import ESTIMATE, cached_tokens, counter_for
-from gateway.routing.deployment import DeploymentTable
+from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.schemas.quotes import (
     COUNTED_BY_ESTIMATE,
@@ -201,11 +201,12 @@ class Quoter:
             lambda: {name: count(ordered, name, limits.max_messages) for name in tokenizers}
         )
         output = sum(line.output for line in ordered)
+        reads = _Reads(session, self._queued)
         quoted = []
         for lane in lanes:
             counted = counts[lane.tokenizer]
             expected = await self._duration(
-                session, lane, len(ordered), counted.prompt - counted.cached, output
+                reads, lane, len(ordered), counted.prompt - counted.cached, output
             )
             quoted.append(lane_quote(lane, counted, output, expected, window_s))
         return BatchQuote(
@@ -220,16 +221,15 @@ class Quoter:
         )
 
     async def _duration(
-        self, session: AsyncSession, lane: Lane, lines: int, uncached: int, output: int
+        self, reads: _Reads, lane: Lane, lines: int, uncached: int, output: int
     ) -> QuoteDuration:
         deployment = lane.deployment
-        ahead = await duration.lines_ahead(session, deployment.id) + self._queued(deployment.provider.name)
+        ahead = await reads.ahead(deployment)
         if lane.execution != GATEWAY:
-            durations = await duration.provider_job_durations(session, deployment.id)
+            durations = await duration.provider_job_durations(reads.session, deployment.id)
             return duration.within_window(durations, PROVIDER_WINDOW_S, ahead)
-        speeds = await duration.batch_history(session, deployment.id, utcnow())
         shape = duration.Shape(lines, uncached, output, self._in_flight(lane, lines), ahead)
-        return duration.expected(speeds, shape)
+        return duration.expected(await reads.speeds(deployment), shape)
 
     def _in_flight(self, lane: Lane, lines: int) -> int:
         """A job's lines at once: the runner's concurrency, bound by the replicas' capacity."""
@@ -238,6 +238,27 @@ class Quoter:
         if provider.capacity is not None and provider.capacity.max_concurrency is not None:
             bound = min(bound, provider.capacity.max_concurrency * max(len(provider.urls), 1))
         return max(1, min(lines, bound))
+
+
+class _Reads:
+    """What one quote reads of a deployment, read once however many of its lanes ask."""
+
+    def __init__(self, session: AsyncSession, queued: Callable[[str], int]) -> None:
+        self.session, self._queued = session, queued
+        self._ahead: dict[str, int] = {}
+        self._speeds: dict[str, list[duration.BatchSpeed]] = {}
+
+    async def ahead(self, deployment: Deployment) -> int:
+        """Its placed jobs' pending lines, and the requests waiting in this process for its provider."""
+        if deployment.id not in self._ahead:
+            pending = await duration.lines_ahead(self.session, deployment.id)
+            self._ahead[deployment.id] = pending + self._queued(deployment.provider.name)
+        return self._ahead[deployment.id]
+
+    async def speeds(self, deployment: Deployment) -> list[duration.BatchSpeed]:
+        if deployment.id not in self._speeds:
+            self._speeds[deployment.id] = await duration.batch_history(self.session, deployment.id, utcnow())
+        return self._speeds[deployment.id]
 
 
 def _id(lane: QuoteLane | None) -> str | None:
