@@ -7,6 +7,8 @@ create does. `X-Gateway-Region` / `X-Gateway-Provider` narrow the lanes as they 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from litestar import Request, Response, post
 
@@ -15,6 +17,7 @@ from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.team_key import PrincipalDependency
 from gateway.errors import InvalidRequest
 from gateway.jobs import repository as batches
+from gateway.jobs.input_lines import MAX_CUSTOM_ID, MAX_REQUESTS
 from gateway.quotes.quote import Quoter, request_lines
 from gateway.schemas.quotes import BatchQuote, QuoteRequest
 from gateway.services import Services, ServicesDependency
@@ -34,12 +37,35 @@ def quoter(services: Services) -> Quoter:
     return Quoter(services.settings.catalog, services.table, queued)
 
 
+def _request_body() -> dict[str, Any]:
+    """QuoteRequest's schema with what the handler holds it to: a file or lines (one of them), the
+    endpoints served, windows of 1h to 24h, and each line shaped as an input file's. What lines
+    must agree on between them (one model, each custom_id once) no schema says: such lines are a
+    400 naming the line."""
+    schema = json_schema(QuoteRequest)
+    fields = schema["properties"]
+    fields["input_file_id"] = {"type": "string", "minLength": 1}
+    fields["endpoint"] = {"enum": sorted(batches.ENDPOINTS)}
+    fields["completion_window"] = {"enum": [f"{hours}h" for hours in range(1, 25)]}
+    line = {
+        "type": "object",
+        "required": ["custom_id", "method", "url", "body"],
+        "properties": {
+            "custom_id": {"type": "string", "pattern": f"^[^\\x00-\\x1f\\x7f]{{1,{MAX_CUSTOM_ID}}}$"},
+            "method": {"enum": ["POST"]},
+            "url": {"enum": sorted(batches.ENDPOINTS)},
+            "body": {"type": "object", "required": ["model"], "properties": {"model": {"type": "string"}}},
+        },
+    }
+    fields["lines"] = {"type": "array", "minItems": 1, "maxItems": MAX_REQUESTS, "items": line}
+    schema["oneOf"] = [{"required": ["input_file_id"]}, {"required": ["lines"]}]
+    return schema
+
+
 @post(
     "/v1/gateway/batches/quote",
     status_code=200,
-    operation_class=documented(
-        body=json_schema(QuoteRequest), response=json_schema(BatchQuote), headers=_PIN_HEADERS
-    ),
+    operation_class=documented(body=_request_body(), response=json_schema(BatchQuote), headers=_PIN_HEADERS),
 )
 async def quote_batch(
     request: Request, services: ServicesDependency, principal: PrincipalDependency
