@@ -278,10 +278,12 @@ async def request_lines(
         lines += await asyncio.to_thread(check.feed, chunk)
     last, verdict = check.verdict()
     lines += last
-    if verdict.errors or verdict.model is None:
+    if verdict.errors:
         first = verdict.errors[0]
         where = "" if first.line is None else f"line {first.line}: "
         raise InvalidRequest(f"{where}{first.message}", param=first.param or "lines", code=first.code)
+    if verdict.model is None:  # a file with no request is an error above: kept for the type
+        raise InvalidRequest("The lines name no model.", param="lines")
     return lines, verdict.model
 
 
