@@ -191,7 +191,9 @@ def _reconciliation_table(findings: list[Finding], threshold: float) -> str:
 def add_usage_parser(commands: argparse._SubParsersAction) -> None:
     usage = commands.add_parser("usage", help="print a usage report from the metered records")
     usage.add_argument(
-        "--group-by", default="team,model", help="any of team,key,model,provider,region,batch,day"
+        "--group-by",
+        default="team,model,tier",
+        help="any of team,key,model,provider,region,batch,day,tier (tier: the service tier served)",
     )
     usage.add_argument("--start", help="first day, YYYY-MM-DD (UTC)")
     usage.add_argument("--end", help="day after the last, YYYY-MM-DD (UTC)")

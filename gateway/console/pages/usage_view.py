@@ -1,5 +1,6 @@
 """The usage page from one report: the filters it was asked with, and the charts, totals and table
-made from the report's rows (grouped by day, and by team or model when asked), without another query.
+made from the report's rows (grouped by day, and by team, model, service tier or model and tier when
+asked), without another query.
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from gateway.console.charts import BarChart, Series, stacked_bars
 from gateway.errors import InvalidRequest
 from gateway.metering.reports.usage import GroupField, UsageQuery, UsageRow
 
-Grouping = Literal["none", "team", "model"]
-GROUPINGS: tuple[Grouping, ...] = ("none", "team", "model")
+Grouping = Literal["none", "team", "model", "tier", "model_tier"]
+GROUPINGS: tuple[Grouping, ...] = ("none", "team", "model", "tier", "model_tier")
+# the report's group-by fields beside the day, for each grouping (tier: the service tier served)
+GROUP_FIELDS: dict[Grouping, tuple[GroupField, ...]] = {
+    "none": (),
+    "team": ("team",),
+    "model": ("model",),
+    "tier": ("tier",),
+    "model_tier": ("model", "tier"),
+}
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 MAX_SERIES = 7  # the largest groups get a colour each; the rest are stacked as one "other"
@@ -28,6 +37,7 @@ MAX_SERIES = 7  # the largest groups get a colour each; the rest are stacked as 
 TABLE_PAGE = 200
 OTHER = "other"
 ALL = "all"
+NO_TIER = "no tier"  # a record whose request named no service tier, nor its answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +69,7 @@ class UsageFilters:
             raise InvalidRequest(f"Choose at most {MAX_DAYS} days.", param="start")
         grouping = group or "none"
         if grouping not in GROUPINGS:
-            raise InvalidRequest("Group by none, team or model.", param="group")
+            raise InvalidRequest("Group by none, team, model, tier or model_tier.", param="group")
         return cls(first, last, grouping, team_id or None, model or None)
 
     @property
@@ -69,7 +79,7 @@ class UsageFilters:
         ]
 
     def query(self) -> UsageQuery:
-        group_by: tuple[GroupField, ...] = ("day",) if self.group == "none" else ("day", self.group)
+        group_by: tuple[GroupField, ...] = ("day", *GROUP_FIELDS[self.group])
         return UsageQuery(
             start=datetime.combine(self.first, time(), UTC),
             end=datetime.combine(self.last + timedelta(days=1), time(), UTC),
@@ -175,6 +185,10 @@ def _labeller(group: Grouping, team_names: Mapping[str, str]) -> Callable[[Usage
         return lambda row: team_names.get(row.team_id or "", row.team_id or figures.MISSING)
     if group == "model":
         return lambda row: row.model or figures.MISSING
+    if group == "tier":
+        return lambda row: row.service_tier or NO_TIER
+    if group == "model_tier":
+        return lambda row: f"{row.model or figures.MISSING} / {row.service_tier or NO_TIER}"
     return lambda row: ALL
 
 

@@ -32,7 +32,7 @@ from gateway.metering.storage.retention import records_from
 from gateway.metering.storage.upkeep import UsageUpkeep, keep_usage_storage
 from gateway.metering.storage.writer import UsageWriter
 from tests.integration.db.test_migrate_postgres import schema_diffs
-from tests.integration.metering.conftest import create_database, drop_database, pg_url
+from tests.integration.metering.conftest import create_database, drop_database, pg_url, write_before_tiers
 from tests.unit.db.test_migrate import migrate
 from tests.unit.metering.conftest import EventFactory
 
@@ -50,6 +50,15 @@ def at(year: int, month: int, day: int, hour: int = 12) -> float:
 
 def months(names: list[str]) -> list[str]:
     return sorted(name for name in names if name != DEFAULT_PARTITION)
+
+
+# usage_daily's columns before migration 0013 split it by tier (a cached `SELECT *` would not
+# survive the new column)
+DAILY_BEFORE_TIERS = (
+    "SELECT day, team_id, key_id, model, provider, region, batch_id, requests, prompt_tokens, "
+    "completion_tokens, cached_tokens, cache_write_tokens, cost_units, uncached_cost_units "
+    "FROM usage_daily ORDER BY 1, 2, 3"
+)
 
 
 async def write(sessions: async_sessionmaker[AsyncSession], events: list[UsageEvent]) -> None:
@@ -122,10 +131,10 @@ async def test_upgrade_moves_the_records_into_month_partitions_and_the_reports_a
     engine = create_engine(url)
     sessions = session_factory(engine)
     events = spread(make_event, 120)  # 2026-03-15 .. 2026-07-12
-    await write(sessions, events)
+    await write_before_tiers(sessions, events)
     before = [await report(sessions, query) for query in (BY_TEAM_MODEL, BY_DAY)]
     async with engine.connect() as connection:
-        daily_before = (await connection.execute(text("SELECT * FROM usage_daily ORDER BY 1, 2, 3"))).all()
+        daily_before = (await connection.execute(text(DAILY_BEFORE_TIERS))).all()
 
     try:
         await upgrade_head_async(url)
@@ -133,7 +142,7 @@ async def test_upgrade_moves_the_records_into_month_partitions_and_the_reports_a
         cut = await report(sessions, CUT)
         names = await partition_names(engine)
         async with engine.connect() as connection:
-            daily_after = (await connection.execute(text("SELECT * FROM usage_daily ORDER BY 1, 2, 3"))).all()
+            daily_after = (await connection.execute(text(DAILY_BEFORE_TIERS))).all()
             diffs = await connection.run_sync(schema_diffs)
         march = await rows_in(engine, "usage_records_2026_03")
         await write(sessions, [events[0], events[-1], make_event(created_at=at(2026, 4, 1))])  # two again
@@ -284,7 +293,9 @@ async def test_the_downgrade_puts_the_records_back_into_one_table(
     before = await report(sessions, BY_DAY)
 
     await migrate(pg_url(DATABASE), command.downgrade, "0007")
-    await write(sessions, [events[3], make_event(created_at=at(2026, 4, 30))])  # one again, one new
+    await write_before_tiers(
+        sessions, [events[3], make_event(created_at=at(2026, 4, 30))]
+    )  # one again, one new
     async with engine.connect() as connection:
         partitioned = await connection.scalar(
             text("SELECT count(*) FROM pg_partitioned_table WHERE partrelid = 'usage_records'::regclass")

@@ -24,7 +24,13 @@ from gateway.db.session import create_engine, session_factory
 from gateway.metering.events import UsageEvent
 from gateway.metering.reports.usage import GroupField, UsageQuery, UsageRow, usage_report
 from gateway.metering.storage.writer import record_row
-from tests.integration.metering.conftest import create_database, drop_database, fresh_pg_engine, pg_url
+from tests.integration.metering.conftest import (
+    create_database,
+    drop_database,
+    fresh_pg_engine,
+    pg_url,
+    write_before_tiers,
+)
 from tests.integration.metering.test_reports_backends import expected_rows, fill
 from tests.unit.db.test_migrate import migrate
 from tests.unit.metering.conftest import EventFactory
@@ -247,6 +253,36 @@ async def test_reports_over_any_range_are_exact(
     assert rows == expected(in_batch, ("day",))
 
 
+async def test_reports_and_daily_totals_split_by_tier(sessions: Sessions, make_event: EventFactory) -> None:
+    """Per day, model and tier (what a provider's bill is compared with), from whole days and cut ones."""
+    tiers = itertools.cycle([None, "flex", "priority", "default", "flex"])
+    events = [msgspec.structs.replace(e, service_tier=next(tiers)) for e in spread_dataset(make_event)]
+    await fill(sessions, events)
+    d = UsageDaily.__table__.c
+    async with sessions() as session:
+        daily = await session.execute(select(d.day, d.model, d.service_tier, d.requests, d.cost_units))
+        by_tier: dict[tuple[object, ...], list[int]] = defaultdict(lambda: [0, 0])
+        for row in daily:
+            totals = by_tier[(row.day, row.model, row.service_tier)]
+            totals[0] += row.requests
+            totals[1] += int(row.cost_units)
+        for start, end in ((None, None), (0, DAY), (0.25, 2 * DAY + 8)):
+            start_at = None if start is None else moment(start)
+            end_at = None if end is None else moment(end)
+            for group_by in (("tier",), ("day", "model", "tier")):
+                query = UsageQuery(start=start_at, end=end_at, group_by=group_by)
+                wanted = within(events, start_at, end_at)
+                assert await usage_report(session, query) == expected(wanted, group_by), (start, group_by)
+    wanted_daily: dict[tuple[object, ...], list[int]] = defaultdict(lambda: [0, 0])
+    for e in events:
+        totals = wanted_daily[
+            (datetime.fromtimestamp(e.created_at, UTC).date(), e.model, e.service_tier or "")
+        ]
+        totals[0] += 1
+        totals[1] += int(e.cost.scaleb(10))
+    assert dict(by_tier) == dict(wanted_daily)
+
+
 async def test_random_ranges_and_filters_add_up(sessions: Sessions, make_event: EventFactory) -> None:
     events = spread_dataset(make_event)
     await fill(sessions, events)
@@ -273,7 +309,7 @@ async def test_the_upgrade_fills_the_daily_totals_from_existing_records(
     engine = create_engine(url)
     sessions = session_factory(engine)
     events = spread_dataset(make_event)
-    await fill(sessions, events)  # no daily totals yet: none are kept before 0007
+    await write_before_tiers(sessions, events)  # no daily totals yet: none are kept before 0007
 
     await upgrade_head_async(url)
     backfilled = await stored_daily(sessions)
@@ -283,8 +319,7 @@ async def test_the_upgrade_fills_the_daily_totals_from_existing_records(
     await migrate(url, command.downgrade, "0006")
     async with engine.begin() as connection:
         tables = await connection.run_sync(lambda sync: set(inspect(sync).get_table_names()))
-        # the triggers went with the table: a record can still be written
-        await connection.execute(insert(UsageRecord).values(record_row(make_event())))
+    await write_before_tiers(sessions, [make_event()])  # the triggers went with the table: it writes
     await engine.dispose()
     if kind == "postgresql":
         await drop_database(DATABASE)

@@ -131,3 +131,17 @@ def test_an_unreadable_page_is_refused_naming_the_parameter() -> None:
         with pytest.raises(InvalidRequest) as refused:
             table_page(text)
         assert refused.value.param == "page"
+
+
+def test_model_and_tier_groups_reach_the_query_and_label_the_series() -> None:
+    filters = parse(start="2026-03-10", end="2026-03-10", group="model_tier")
+    assert filters.query().group_by == ("day", "model", "tier")
+    rows = [
+        UsageRow(day="2026-03-10", model="chat", service_tier="flex", requests=3, cost=Decimal("0.01")),
+        UsageRow(day="2026-03-10", model="chat", service_tier=None, requests=1, cost=Decimal("0.04")),
+    ]
+    view = usage_view(rows, filters, {})
+    requests = {bar.series: bar.value for bar in view.charts[0].bars}
+    assert requests == {"chat / flex": "3", "chat / no tier": "1"}
+    assert [line.group for line in view.rows] == ["chat / flex", "chat / no tier"]
+    assert parse(group="tier").query().group_by == ("day", "tier")
