@@ -18,6 +18,8 @@ from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
 from gateway.db.models import BatchJob
 from gateway.db.session import session_factory
+from gateway.jobs.ledger import PendingLine
+from gateway.jobs.placement import runs_lines, with_tier
 from gateway.routing.deployment import DeploymentTable
 from gateway.settings import Settings
 from gateway.settings.catalog import load_catalog
@@ -132,3 +134,33 @@ async def test_an_unknown_rule_or_a_short_window_without_placement_is_a_400(
     assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "metadata.gateway_placement"
     assert short.status_code == 400 and short.json()["error"]["param"] == "completion_window"
     assert too_long.status_code == 400
+
+
+def placed(execution: str, tier: str | None) -> BatchJob:
+    job = BatchJob(id="batch_x")
+    job.placement = {
+        "rule": "by_deadline",
+        "lane": "x",
+        "deployment": "d",
+        "execution": execution,
+        "service_tier": tier,
+    }
+    return job
+
+
+def test_a_tier_lanes_lines_ask_its_tier_and_other_lines_are_left_as_they_are() -> None:
+    body = json.dumps({"model": "chat", "messages": [], "service_tier": "auto"})
+    lines = [PendingLine(0, body, "p"), PendingLine(1, json.dumps({"model": "chat"}), "p", runs=1)]
+
+    tiered = with_tier(lines, placed("gateway", "flex"))
+    plain = with_tier(lines, placed("gateway", None))
+
+    assert [json.loads(line.body)["service_tier"] for line in tiered] == ["flex", "flex"]
+    assert [(line.line_no, line.runs) for line in tiered] == [(0, 0), (1, 1)]
+    assert plain == lines and with_tier(lines, BatchJob(id="batch_y")) == lines
+
+
+def test_only_a_job_placed_on_a_gateway_lane_is_run_line_by_line_whatever_its_provider() -> None:
+    assert runs_lines(placed("gateway", None))
+    assert not runs_lines(placed("provider", None))
+    assert not runs_lines(BatchJob(id="batch_y"))
