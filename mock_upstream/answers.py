@@ -109,7 +109,7 @@ def messages(cache: PromptCache, route: Route, body: Body, behaviour: MockBehavi
         behaviour, body.get("tools"), wrapped=False, answered=anthropic_answered(body["messages"])
     )
     generation = generate(seed, 1, tokens, truncated, tool)
-    head = ReplyHeader.new("msg_", model)
+    head = ReplyHeader.new("msg_", model, anthropic_format.anthropic_served_tier(body, behaviour.serve_tier))
     if body.get("stream") is True:
         return stream_reply(
             anthropic_format.message_stream(head, generation, usage, behaviour.chunks), behaviour

@@ -32,6 +32,19 @@ def usage_object(prompt: PromptUsage, output_tokens: int) -> dict[str, Any]:
     }
 
 
+def _tier(head: ReplyHeader) -> dict[str, Any]:
+    """The usage's `service_tier` where the answer names one (Anthropic's: standard, priority)."""
+    return {} if head.service_tier is None else {"service_tier": head.service_tier}
+
+
+def anthropic_served_tier(body: dict[str, Any], serve_tier: str | None) -> str | None:
+    """The tier a message names: `serve_tier` when the mock is told one, else `standard` for a
+    request that asked for a tier (the mock has no Priority Tier capacity), else none."""
+    if serve_tier is not None:
+        return serve_tier
+    return "standard" if isinstance(body.get("service_tier"), str) else None
+
+
 def _stop_reason(generation: Generation) -> str:
     if generation.tool is not None:
         return "tool_use"
@@ -53,7 +66,7 @@ def _envelope(head: ReplyHeader, content: list[dict[str, Any]], stop_reason: str
 def message(head: ReplyHeader, generation: Generation, usage: PromptUsage | None) -> bytes:
     body = _envelope(head, _content(generation), _stop_reason(generation))
     if usage is not None:
-        body["usage"] = usage_object(usage, generation.tokens)
+        body["usage"] = usage_object(usage, generation.tokens) | _tier(head)
     return msgspec.json.encode(body)
 
 
@@ -89,7 +102,7 @@ def message_stream(
     stop = {"stop_reason": _stop_reason(generation), "stop_sequence": None}
     closing: dict[str, Any] = {"type": "message_delta", "delta": stop}
     if usage is not None:
-        started["usage"] = usage_object(usage, 1)
+        started["usage"] = usage_object(usage, 1) | _tier(head)
         closing["usage"] = {"output_tokens": generation.tokens}
     events = [{"type": "message_start", "message": started}, *_block_events(generation, chunks), closing]
     events.append({"type": "message_stop"})

@@ -4,7 +4,8 @@
 usage record in PostgreSQL holds the tier the upstream said it served and the cost at that tier's
 price, the same cost the answer carries; a flex request the mock downgrades to default is recorded
 and priced at default; a self-hosted server is not sent the tier and the request is recorded at the
-tier it asked for; a tier outside OpenAI's enum is a 400; the usage report groups by tier.
+tier it asked for; Anthropic is asked in its own terms and its served tier recorded in OpenAI's;
+a tier outside OpenAI's enum is a 400; the usage report groups by tier.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ providers:
     region: eu-west
     base_url: {upstream}/v1
     timeout_s: 5
+  - name: tiered-anthropic
+    kind: anthropic
+    region: eu-west
+    base_url: {upstream}
+    api_key: upstream-secret-anthropic
+    timeout_s: 5
 models:
   - name: tiered
     deployments:
@@ -51,6 +58,11 @@ models:
       - provider: self-hosted
         model: local-chat
         price: {{input: 2, output: 8, tier_multipliers: {{flex: 0.25}}}}
+  - name: tiered-claude
+    deployments:
+      - provider: tiered-anthropic
+        model: claude-test
+        price: {{input: 3, output: 15, tier_multipliers: {{priority: 2}}}}
 """
 MESSAGES: list[Any] = [{"role": "user", "content": "Summarise the quarter in one line"}]
 MILLION = Decimal(1_000_000)
@@ -223,3 +235,15 @@ def test_the_mock_names_no_tier_when_none_was_asked_for(served: Stack) -> None:
     raw = served.client(team.key).chat.completions.with_raw_response.create(model="tiered", messages=MESSAGES)
     assert raw.parse().service_tier is None
     assert record(served, raw.http_response.headers["x-request-id"])["service_tier"] is None
+
+
+def test_anthropic_is_asked_in_its_terms_and_its_served_tier_recorded(served: Stack) -> None:
+    team = served.new_team(f"tiers-claude-{time.monotonic_ns()}")
+    raw = served.client(team.key).chat.completions.with_raw_response.create(
+        model="tiered-claude", messages=MESSAGES, service_tier="priority"
+    )
+
+    assert sent_tiers(served.upstream) == ["auto"]  # Anthropic's Priority Tier is reached through auto
+    row = record(served, raw.http_response.headers["x-request-id"])
+    assert row["service_tier"] == "default"  # the mock served it at standard
+    assert row["cost"] == priced(row, 3, 15)

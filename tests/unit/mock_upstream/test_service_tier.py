@@ -61,3 +61,15 @@ async def test_no_tier_is_named_when_none_was_asked_for(client: httpx.AsyncClien
     answer = (await client.post("/v1/chat/completions", json=CHAT)).json()
     response = (await client.post("/v1/responses", json=RESPONSES)).json()
     assert "service_tier" not in answer and "service_tier" not in response
+
+
+async def test_a_message_names_anthropics_tier_in_its_usage(client: httpx.AsyncClient) -> None:
+    body = {"model": "m", "max_tokens": 8, "messages": CHAT["messages"], "service_tier": "auto"}
+    answer = (await client.post("/v1/messages", json=body)).json()
+    streamed = await client.post("/v1/messages", json={**body, "stream": True})
+    plain = (
+        await client.post("/v1/messages", json={k: v for k, v in body.items() if k != "service_tier"})
+    ).json()
+    assert answer["usage"]["service_tier"] == "standard"
+    assert chunks(streamed.text)[0]["message"]["usage"]["service_tier"] == "standard"
+    assert "service_tier" not in plain["usage"]
