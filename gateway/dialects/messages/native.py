@@ -23,6 +23,7 @@ from gateway.providers.anthropic.response import (
     anthropic_error_detail,
     merged_usage,
     normalise_usage,
+    served_tier,
     stream_error,
 )
 from gateway.providers.base import TokenUsage, UpstreamCall, UpstreamRequest, UpstreamResponse
@@ -73,10 +74,14 @@ class NativeMessagesAdapter:
         if response.type == "error" or response.error is not None:
             raise stream_error(response.error or UpstreamErrorObject())
         usage, untrusted = _believed(response.usage)
+        tier = served_tier(response.usage)
         document["model"] = call.body["model"]
         if usage is not None and call.tariff is not None and isinstance(document.get("usage"), dict):
-            document["usage"]["cost"] = format(call.tariff.cost(usage), "f")
-        return UpstreamResponse(body=msgspec.json.encode(document), usage=usage, untrusted_usage=untrusted)
+            tariff = call.tariff if tier is None else call.tariff.tier(tier)
+            document["usage"]["cost"] = format(tariff.cost(usage), "f")
+        return UpstreamResponse(
+            body=msgspec.json.encode(document), usage=usage, untrusted_usage=untrusted, service_tier=tier
+        )
 
     def stream_translator(self, call: UpstreamCall) -> NativeMessageStream:
         return NativeMessageStream(call)
@@ -102,6 +107,7 @@ class NativeMessageStream:
     def __init__(self, call: UpstreamCall) -> None:
         self.usage: TokenUsage | None = None
         self.untrusted_usage: str | None = None
+        self.service_tier: str | None = None  # the tier message_start's usage says served it
         self._model = call.body["model"]
         self._tariff = call.tariff
         self._start_usage = UpstreamUsage()
@@ -151,11 +157,13 @@ class NativeMessageStream:
                 and self._tariff is not None
                 and isinstance(document.get("usage"), dict)
             ):
-                document["usage"]["cost"] = format(self._tariff.cost(self.usage), "f")
+                tariff = self._tariff if self.service_tier is None else self._tariff.tier(self.service_tier)
+                document["usage"]["cost"] = format(tariff.cost(self.usage), "f")
         return msgspec.json.encode(document)
 
     def _note(self, usage: UpstreamUsage) -> None:
         self.usage, self.untrusted_usage = _believed(usage)
+        self.service_tier = served_tier(usage) or self.service_tier
 
 
 def _event(data: bytes) -> tuple[dict[str, Any], UpstreamEvent]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway.dialects.messages.native import NativeMessagesAdapter
 from gateway.dialects.messages.request import to_chat_body
 from gateway.dialects.responses.adapter import TranslatedResponsesAdapter
 from gateway.dialects.responses.native import NativeResponsesAdapter
@@ -23,10 +24,14 @@ from gateway.providers.openai.azure import AzureAdapter
 from gateway.proxy.request import parse_request
 from gateway.schemas.anthropic import MessagesRequest
 from gateway.settings import Price, ProviderKind
+from gateway.settings.catalog import TierMultipliers
 from tests.unit.providers.calls import call, provider, sse_payloads
 
 PRICE = Price(input=Decimal(2), output=Decimal(8), flex_input=Decimal(1), flex_output=Decimal(4))
 TARIFF = Tariff(PRICE)
+PRICE_BY_MULTIPLIER = Price(
+    input=Decimal(2), output=Decimal(8), tier_multipliers=TierMultipliers(priority=Decimal(2))
+)
 OPENAI = "https://api.openai.com/v1"
 VLLM = "http://10.0.0.5:8000/v1"
 CHAT = {"model": "alias", "messages": [{"role": "user", "content": "hi"}], "service_tier": "flex"}
@@ -210,3 +215,24 @@ def test_the_tier_asked_for_is_read_in_openais_terms(
     endpoint: Endpoint, body: dict[str, Any], tier: str | None
 ) -> None:
     assert parse_request(json.dumps(body).encode(), endpoint, 100).service_tier == tier
+
+
+def test_a_message_passed_through_to_anthropic_is_priced_at_the_tier_it_names() -> None:
+    body = {
+        "model": "alias",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+        "service_tier": "auto",
+    }
+    answer = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+        "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1_000_000, "output_tokens": 1_000_000, "service_tier": "priority"},
+    }  # fmt: skip
+    priced_at = dataclasses.replace(
+        call(body, endpoint=Endpoint.MESSAGES, typed=False), tariff=Tariff(PRICE_BY_MULTIPLIER).tier("auto")
+    )
+    response = NativeMessagesAdapter().parse_response(priced_at, json.dumps(answer).encode())
+    # priority at twice the normal 2 + 8 USD
+    assert response.service_tier == "priority"
+    assert Decimal(json.loads(response.body)["usage"]["cost"]) == Decimal(20)
