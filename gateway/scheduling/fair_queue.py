@@ -14,12 +14,16 @@ backlogged is lifted to the lowest counter among the backlogged teams (or where 
 served), so time spent idle (nothing queued, nothing running) banks no credit.
 
 Within a team, waiting work goes by prompt-length bucket (`BUCKET_BOUNDS`), shortest first and in
-arrival order within a bucket, so a few long prompts do not hold up many short ones. A waiter ages
-once `aging_passes` waiters have gone before it: shorter ones of its team dispatched while it
-waited, or ones the gate let past it (`take` of a waiter behind it, say because its KV did not fit
-yet). An aged waiter then goes in arrival order with the head of its team's shortest bucket: it
-passes no older waiter, and nothing younger passes it again. Counted in dispatches rather than
-seconds so that a deep backlog, where every waiter is old, keeps its order.
+arrival order within a bucket, so a few long prompts do not hold up many short ones. The head of a
+longer bucket ages once `aging_passes` waiters have gone before it while it was the head: shorter
+ones of its team dispatched, or ones the gate let past it (`take` of a waiter behind it, say
+because its KV did not fit yet). An aged head goes next (the oldest first, if several have aged),
+and the one behind it starts its count. Only a head ages, so longer requests go one per
+`aging_passes` shorter ones: had every waiter aged from its arrival, a flood of long and short
+prompts sent together would age all its long ones at once, and had an aged one waited for the
+shorter ones older than it, they would be served in arrival order, as if there were no buckets. A
+long request's wait stays bounded: its place in its bucket times `aging_passes` dispatches. Counted in dispatches rather than seconds
+so that a deep backlog, where every waiter is old, keeps its order.
 """
 
 from __future__ import annotations
@@ -57,7 +61,6 @@ class Waiter:
     arrival: int = field(default=0, init=False)  # its place in the queue's order of arrival
     passed: int = field(default=0, init=False)  # waiters behind it the gate dispatched first
     team_queue: _TeamQueue | None = field(default=None, init=False, repr=False)  # None once out of the queue
-    shorter_before: int = field(default=0, init=False, repr=False)  # its team's shorter dispatches at arrival
 
     @property
     def team_id(self) -> str:
@@ -69,12 +72,12 @@ class Waiter:
 
     @property
     def passes(self) -> int:
-        """How many waiters went before it while it waited: shorter ones of its team, and those
-        the gate let past it."""
+        """How many waiters went before it: shorter ones of its team while it was its bucket's
+        head, and those the gate let past it."""
         team = self.team_queue
-        if team is None:
+        if team is None or team.buckets[self.bucket][0] is not self:
             return self.passed
-        return self.passed + team.shorter_dispatched[self.bucket] - self.shorter_before
+        return self.passed + team.shorter_dispatched[self.bucket] - team.head_since[self.bucket]
 
     @property
     def aged(self) -> bool:
@@ -90,37 +93,41 @@ class _TeamQueue:
 
     aging_passes: int
     buckets: tuple[deque[Waiter], ...] = field(default_factory=lambda: tuple(deque() for _ in range(BUCKETS)))
-    # Per bucket, the team's dispatches from shorter buckets so far: a waiter's in-team passes are
-    # the growth of its bucket's count since it arrived (no per-waiter update on each dispatch)
+    # Per bucket, the team's dispatches from shorter buckets so far, and that count when the
+    # bucket's head became its head: the head's in-team passes are the growth since (no per-waiter
+    # update on each dispatch)
     shorter_dispatched: list[int] = field(default_factory=lambda: [0] * BUCKETS)
+    head_since: list[int] = field(default_factory=lambda: [0] * BUCKETS)
     size: int = 0
 
     def push(self, waiter: Waiter) -> None:
         waiter.team_queue = self
-        waiter.shorter_before = self.shorter_dispatched[waiter.bucket]
-        self.buckets[waiter.bucket].append(waiter)
+        queue = self.buckets[waiter.bucket]
+        if not queue:  # the bucket's head from now
+            self.head_since[waiter.bucket] = self.shorter_dispatched[waiter.bucket]
+        queue.append(waiter)
         self.size += 1
 
     def next(self) -> Waiter | None:
-        """The team's next: the oldest of its shortest bucket's head and the heads that aged."""
-        chosen = None
-        for queue in self.buckets:
-            if queue:
-                head = queue[0]
-                if chosen is None or (head.arrival < chosen.arrival and head.aged):
-                    chosen = head
-        return chosen
+        """The team's next: the oldest head that aged, else its shortest bucket's head."""
+        heads = self.heads()
+        return heads[0] if heads else None
 
     def heads(self) -> list[Waiter]:
-        """Each bucket's head, in the team's order: `next` first, then the others by bucket."""
+        """Each bucket's head, in the team's order: those that aged (oldest first), then the
+        others by bucket, shortest first."""
         heads = [queue[0] for queue in self.buckets if queue]
-        ready = sorted((h for i, h in enumerate(heads) if i == 0 or h.aged), key=lambda h: h.arrival)
-        return ready + [h for i, h in enumerate(heads) if i and not h.aged]
+        aged = sorted((head for head in heads if head.aged), key=lambda head: head.arrival)
+        return aged + [head for head in heads if not head.aged]
 
     def remove(self, waiter: Waiter, dispatched: bool) -> None:
-        self.buckets[waiter.bucket].remove(waiter)
-        self.size -= 1
         waiter.passed = waiter.passes  # kept, so it reads the same once out of the queue
+        queue = self.buckets[waiter.bucket]
+        was_head = queue[0] is waiter
+        queue.remove(waiter)
+        if was_head:  # the next one is the head from now
+            self.head_since[waiter.bucket] = self.shorter_dispatched[waiter.bucket]
+        self.size -= 1
         waiter.team_queue = None
         if dispatched:  # it passed the team's longer waiters that were there before it
             for bucket in range(waiter.bucket + 1, BUCKETS):

@@ -50,8 +50,9 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     # long, no batch request is sent there: batch prompts prefilled beside it lengthen the step its
     # first token waits for (0: off)
     interactive_prefill_guard_s: float = 0.25
-    # Within a class and team, shorter prompts go first; a waiter that this many others went
-    # before (shorter ones of its team, or ones a gate let past it) goes first (0: arrival order)
+    # Within a class and team, shorter prompts go first; the head of a longer bucket that this many
+    # others went before while it was the head (shorter ones of its team, or ones a gate let past
+    # it) goes next, so longer requests go one per this many shorter ones (0: arrival order)
     length_aging_passes: int = 32
     # A cache key's replica is skipped once its load passes this multiple of the mean
     # (consistent hashing with bounded loads)

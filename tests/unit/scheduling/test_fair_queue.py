@@ -187,12 +187,12 @@ def test_a_long_request_goes_first_once_it_has_aged() -> None:
     assert long.passes == 3
 
 
-def test_an_aged_request_passes_no_older_one() -> None:
+def test_an_aged_request_goes_next_and_the_one_behind_it_starts_its_count() -> None:
     queue = FairQueue(batch_share=0.1, aging_passes=1)
-    for prompt in (100, 101, 40_000, 102):
+    for prompt in (100, 40_000, 101, 40_001, 102):
         queue.push(waiter("a", prompt))
-    # 100 goes and ages the long one, which then waits for the shorter request older than it only
-    assert drain(queue) == [100, 101, 40_000, 102]
+    # 100 goes and ages the long head, which goes next; the other long one counts from then on
+    assert drain(queue) == [100, 40_000, 101, 40_001, 102]
 
 
 def test_no_aging_passes_is_arrival_order() -> None:
@@ -217,6 +217,17 @@ def test_a_long_requests_wait_is_bounded_in_a_flood_of_short_ones() -> None:
             break
         queue.push(waiter("a", 200))  # the short ones never stop coming
     assert dispatched == 33  # the 32 that passed it, then itself
+
+
+def test_long_requests_sent_with_short_ones_go_one_per_aging_passes() -> None:
+    """A flood of both at once (every 16th a long one): only a bucket's head ages, so the long
+    ones do not all age together and fall back into arrival order."""
+    queue = FairQueue(batch_share=0.1, aging_passes=8)
+    for i in range(64):
+        queue.push(waiter("a", 40_000 if i % 16 == 15 else 200))
+    order = drain(queue)
+    longs = [place for place, prompt in enumerate(order) if prompt == 40_000]
+    assert longs == [8, 17, 26, 35]  # after 8 short ones each, while short ones wait
 
 
 def test_teams_share_in_tokens_whatever_the_length_order() -> None:
