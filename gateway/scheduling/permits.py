@@ -19,6 +19,10 @@ class Caps:
     max_concurrency: int | None = None
     max_tokens_in_flight: int | None = None
 
+    @property
+    def bounded(self) -> bool:
+        return self.max_concurrency is not None or self.max_tokens_in_flight is not None
+
 
 @dataclass(frozen=True, slots=True)
 class PermitTotals:

@@ -80,12 +80,16 @@ class ProviderQueue:
         self._failing: dict[int, float] = {}  # replica -> until when its failure passes it over
         if capacity is not None and self.limited:
             caps = Caps(capacity.max_concurrency, capacity.max_tokens_in_flight)
+            # Only static caps are split across processes: a replica sized from its own metrics
+            # alone (load_metrics) has nothing to count in Redis, where a round trip per dispatch
+            # would stand between every freed slot and the request that takes it
+            shared = bank if caps.bounded else None
             for url in urls:
                 gate = ReplicaGate(
                     provider.name,
                     url,
                     caps,
-                    bank,
+                    shared,
                     batch_share=settings.batch_share,
                     interactive_reserve=settings.interactive_reserve,
                     reserve_idle_s=settings.reserve_idle_s,

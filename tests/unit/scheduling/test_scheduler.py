@@ -147,3 +147,35 @@ async def first_dispatched_of_long_then_short(aging_passes: int) -> str:
 async def test_the_length_aging_setting_reaches_each_replica_queue() -> None:
     assert await first_dispatched_of_long_then_short(32) == "short"  # by length bucket
     assert await first_dispatched_of_long_then_short(0) == "long"  # 0: arrival order
+
+
+class CountingBank:
+    """A shared bank that grants everything and counts what it was asked (a stand-in at the seam
+    between the gates and Redis)."""
+
+    def __init__(self) -> None:
+        self.acquired = 0
+        self.poll_s = 1.0
+
+    async def acquire(self, replica: str, tokens: int, caps: object, waiting: int) -> bool:
+        self.acquired += 1
+        return True
+
+    def release(self, replica: str, tokens: int) -> None:
+        pass
+
+    def watch(self, replica: str, wake: object) -> None:
+        pass
+
+
+async def test_only_static_caps_are_counted_in_the_shared_bank() -> None:
+    """A replica sized from its own metrics alone has nothing to split across processes: no round
+    trip to the bank stands between a freed slot and its next request."""
+    for capacity, asked in ((Capacity(load_metrics=True), 0), (Capacity(max_concurrency=100), 3)):
+        config = replicated(capacity)
+        bank = CountingBank()
+        scheduler = Scheduler(config, bank=bank)  # type: ignore[arg-type]
+        grants = [await scheduler.enter(config.providers[0], None, TICKET) for _ in range(3)]
+        for grant in grants:
+            grant.release()
+        assert bank.acquired == asked
