@@ -143,6 +143,9 @@ async def get_batch(
     async with services.sessions() as session:
         if pin is not None:
             view = _pin_fields(pin)
+            listed = await team_batch(session, team_id, batch_id)
+            if listed is not None and listed.job_status is not None:  # a job whose lines hold the pin
+                view = msgspec.structs.replace(view, job_status=listed.job_status)
         else:
             listed = await team_batch(session, team_id, batch_id)
             if listed is None or listed.job_status is None:  # an ended batch starts anew: not found

@@ -307,3 +307,20 @@ async def test_a_page_after_an_unknown_or_foreign_batch_is_not_found(
         assert response.status_code == 404
         assert response.json()["error"]["param"] == "after"
     assert (await client.get("/v1/gateway/batches?limit=0", headers=alice.headers)).status_code == 400
+
+
+async def test_a_job_whose_lines_hold_a_pin_shows_its_status_beside_the_pin(
+    client: Client, services: StandInServices, alice: Caller
+) -> None:
+    await add_job(services, alice.team_id, "batch_running", START, deployment="vllm-eu/llama-x")
+    await services.pins.place(new_pin(alice.team_id, "batch_running", CHAT["vllm-eu"], time.time() - 5))
+
+    response = await client.get("/v1/gateway/batches/batch_running", headers=alice.headers)
+
+    assert response.status_code == 200, response.text
+    batch = response.json()
+    assert (batch["live"], batch["job_status"], batch["deployment"]) == (
+        True,
+        "in_progress",
+        "vllm-eu/llama-x",
+    )
