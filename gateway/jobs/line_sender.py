@@ -254,7 +254,7 @@ class LineSender:
         if principal.unlimited:
             return Reservation()  # nothing binds this caller: nothing to hold back
         allowed = self.reservations.tokens(body_bytes, parsed.max_output_tokens, parsed.choices)
-        return self.reservations.priced(parsed.model, allowed)
+        return self.reservations.priced(parsed.model, allowed, parsed.service_tier)
 
     def _lost(self, ctx: ProxyContext, line: PendingLine, begun: Begun) -> UsageEvent:
         return run_event(

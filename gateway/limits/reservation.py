@@ -41,10 +41,13 @@ class Reservations:
         """`max_output_tokens`: what the request allows a choice (None: unset, so the default)."""
         return self.priced(model, self.tokens(body_bytes, max_output_tokens, choices))
 
-    def priced(self, model: str, usage: TokenUsage) -> Reservation:
-        """The reservation for what a request may use (`tokens`), at the alias's dearest price."""
+    def priced(self, model: str, usage: TokenUsage, service_tier: str | None = None) -> Reservation:
+        """The reservation for what a request may use (`tokens`), at the alias's dearest price: the
+        tier it asks (priority may cost more than the default) or the default, which a request for
+        a cheaper tier may be served at instead."""
         # An unknown alias reserves no cost: routing refuses it before any upstream is reached.
-        costs = [tariff.cost(usage) for tariff in self._tariffs.get(model, ())]
+        tariffs = self._tariffs.get(model, ())
+        costs = [max(t.cost(usage), t.tier(service_tier).cost(usage)) for t in tariffs]
         units = units_at_most(max(costs)) if costs else 0
         return Reservation(
             tokens=usage.prompt_tokens + usage.completion_tokens, units=min(units, MAX_REQUEST_UNITS)

@@ -146,7 +146,7 @@ class ProxyPipeline:
         reservation = (
             Reservation()  # nothing binds this caller: nothing to hold back
             if principal.unlimited
-            else self.reservations.priced(parsed.model, allowed)
+            else self.reservations.priced(parsed.model, allowed, parsed.service_tier)
         )
         correlation = read_correlation(headers)
         trace = None

@@ -118,3 +118,26 @@ def test_the_catalog_refuses_a_default_or_a_lifetime_out_of_range(tmp_path: Path
 
     with pytest.raises(ConfigError, match=setting.split(":")[0]):
         load_catalog(path, {})
+
+
+def test_a_priority_request_is_reserved_at_its_tiers_price_and_a_flex_one_at_the_default() -> None:
+    tiered = catalog(
+        provider("openai", region="us-east", base_url="http://openai.invalid/v1"),
+        models=[
+            model(
+                "chat",
+                deployment(
+                    "openai",
+                    "c",
+                    price={"input": "1", "output": "2", "tier_multipliers": {"flex": "0.5", "priority": "2"}},
+                ),
+            )
+        ],
+    )
+    reservations = Reservations(DeploymentTable.from_catalog(tiered))
+    usage = reservations.tokens(4000, 500)  # 1,000 prompt tokens, 500 output
+
+    normal = to_units(usd_per_million(1000, "1") + usd_per_million(500, "2"))
+    assert reservations.priced("chat", usage).units == normal
+    assert reservations.priced("chat", usage, "priority").units == 2 * normal
+    assert reservations.priced("chat", usage, "flex").units == normal  # it may be served at default
