@@ -3,7 +3,7 @@ simulator's own count, and a cached-input price, so that the prefix cache's shar
 
 A shape first runs a warm-up job of its own kind (other texts, so the measured job's prefixes are
 not cached yet) on a deployment of its own: the recent batch the quote's duration is estimated
-from (`gateway.quotes.duration`).
+from (`gateway.jobs.quotes.duration`).
 Then the measured job's lines are quoted (`POST /v1/gateway/batches/quote`, inline), the job is
 run through the Batch API, and its records (`GET /v1/gateway/batches/{id}`) are set beside the
 quote's gateway-run lane: prompt, cached and output tokens and the cost must be equal; the

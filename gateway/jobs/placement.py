@@ -1,6 +1,6 @@
 """Placement by deadline and price: a Batch API job that asks for it
 (`metadata.gateway_placement`: `cheapest`, `fastest` or `by_deadline`) is quoted when it is
-created (`gateway.quotes`), and the lane its rule picks is recorded on it (`BatchJob.placement`,
+created (`gateway.jobs.quotes`), and the lane its rule picks is recorded on it (`BatchJob.placement`,
 with the quote) and pins it: the job's provider directive names the lane's provider, and its
 `deployment` the lane's deployment. The runner then reads the lane's execution mode (the gateway
 sends the lines, or the provider's Batch API runs them) and service tier from here; once the job
@@ -25,8 +25,8 @@ from gateway.db.models import BatchJob, BatchLine
 from gateway.errors import InvalidRequest
 from gateway.jobs.input_lines import InputLine
 from gateway.jobs.ledger import PendingLine
-from gateway.quotes.lanes import GATEWAY
-from gateway.quotes.quote import RULES, Quoter, pick, window_of
+from gateway.jobs.quotes.lanes import GATEWAY
+from gateway.jobs.quotes.quote import RULES, Quoter, pick, window_of
 from gateway.routing.directives import Directives
 from gateway.schemas.quotes import JobPlacement
 

@@ -161,7 +161,7 @@ class DeploymentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The share taken off every rate for lines run by the provider's batch API (0.5: half price),
     # where price.batch_input / batch_output are not given
     batch_discount: Decimal | None = None
-    # How a batch quote counts this deployment's prompts (gateway.quotes.tokens): an OpenAI BPE
+    # How a batch quote counts this deployment's prompts (gateway.jobs.quotes.tokens): an OpenAI BPE
     # (o200k_base, cl100k_base), or chars4 (4 characters a token of a `<|role|>text` rendering, a
     # prefix cache of 16-token blocks: the simulated vLLM's). Unset: the model's own BPE where the
     # upstream model is an OpenAI one, else the gateway's estimate.
@@ -405,7 +405,7 @@ def _check_aliases(catalog: Catalog, path: Path, names: set[str]) -> None:
             taken[alias] = model.name
 
 
-TOKENIZERS = ("o200k_base", "cl100k_base", "chars4")  # gateway.quotes.tokens
+TOKENIZERS = ("o200k_base", "cl100k_base", "chars4")  # gateway.jobs.quotes.tokens
 BATCH_EXECUTIONS = ("gateway", "provider")
 # The provider kinds whose own batch API the gateway can submit a job to (gateway.jobs.provider_batches)
 PROVIDER_BATCH_KINDS = (ProviderKind.OPENAI, ProviderKind.AZURE, ProviderKind.ANTHROPIC)

@@ -1,5 +1,5 @@
 """`POST /v1/gateway/batches/quote`: what a batch would cost and take on each lane the team may use
-(`gateway.quotes`), for an uploaded input file or lines given inline.
+(`gateway.jobs.quotes`), for an uploaded input file or lines given inline.
 
 Reading an input file takes one of the process's file slots (`files.max_concurrent`), as a batch
 create does. `X-Gateway-Region` / `X-Gateway-Provider` narrow the lanes as they pin a job.
@@ -18,7 +18,7 @@ from gateway.api.team_key import PrincipalDependency
 from gateway.errors import InvalidRequest
 from gateway.jobs import repository as batches
 from gateway.jobs.input_lines import MAX_CUSTOM_ID, MAX_REQUESTS
-from gateway.quotes.quote import Quoter, request_lines
+from gateway.jobs.quotes.quote import Quoter, request_lines
 from gateway.schemas.quotes import BatchQuote, QuoteRequest
 from gateway.services import Services, ServicesDependency
 

@@ -1,4 +1,4 @@
-"""`/ui/quote`: a batch quote in the console (`gateway.quotes`): one of the team's uploaded batch
+"""`/ui/quote`: a batch quote in the console (`gateway.jobs.quotes`): one of the team's uploaded batch
 input files, priced and timed on each lane its key may use, as `POST /v1/gateway/batches/quote`
 answers. A team session only: the lanes are its key's (the admin has no key to quote as)."""
 
@@ -16,8 +16,8 @@ from gateway.console.auth.sessions import Viewer
 from gateway.console.rendering import page
 from gateway.errors import GatewayError
 from gateway.jobs.files.repository import BATCH_INPUT, list_files
+from gateway.jobs.quotes.quote import request_lines
 from gateway.jobs.repository import CHAT_ENDPOINT
-from gateway.quotes.quote import request_lines
 from gateway.routing.directives import NO_DIRECTIVES
 from gateway.schemas.quotes import QuoteRequest
 from gateway.services import ServicesDependency

@@ -1,4 +1,4 @@
-"""Lanes, costs and the placement rules' picks (gateway.quotes.lanes, gateway.quotes.quote)."""
+"""Lanes, costs and the placement rules' picks (gateway.jobs.quotes.lanes, gateway.jobs.quotes.quote)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from gateway.auth.principal import Principal
 from gateway.jobs.input_lines import InputCheck
-from gateway.quotes.lanes import quote_lanes
-from gateway.quotes.quote import count, lane_quote, output_allowance, pick, quote_lines, window_of
+from gateway.jobs.quotes.lanes import quote_lanes
+from gateway.jobs.quotes.quote import count, lane_quote, output_allowance, pick, quote_lines, window_of
 from gateway.routing.deployment import DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.schemas.quotes import QuoteDuration, QuoteLane

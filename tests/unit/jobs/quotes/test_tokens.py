@@ -1,11 +1,11 @@
-"""Prompt counts and the prefix cache's share, per tokenizer (gateway.quotes.tokens)."""
+"""Prompt counts and the prefix cache's share, per tokenizer (gateway.jobs.quotes.tokens)."""
 
 from __future__ import annotations
 
 import json
 import math
 
-from gateway.quotes.tokens import (
+from gateway.jobs.quotes.tokens import (
     BLOCK_CACHE,
     ESTIMATE,
     BpeCounter,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gateway.auth.principal import Principal
+from gateway.jobs.quotes.tokens import tokenizer_name
 from gateway.metering.pricing import Tariff
-from gateway.quotes.tokens import tokenizer_name
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.routing.policy import eligible_deployments
@@ -27,7 +27,7 @@ class Lane:
     execution: str  # GATEWAY or PROVIDER
     tier: str | None  # None: the provider's default tier
     tariff: Tariff  # what its lines are metered at
-    tokenizer: str  # how its prompts are counted (gateway.quotes.tokens)
+    tokenizer: str  # how its prompts are counted (gateway.jobs.quotes.tokens)
     order: int  # the catalog's order of preference, for ties
 
     @property

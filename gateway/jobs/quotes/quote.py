@@ -25,11 +25,11 @@ from gateway.errors import InvalidRequest
 from gateway.jobs.files.repository import BATCH_INPUT, file_chunks, get_file
 from gateway.jobs.files.store import FileStore
 from gateway.jobs.input_lines import InputCheck, InputLine
+from gateway.jobs.quotes import duration
+from gateway.jobs.quotes.lanes import GATEWAY, Lane, quote_lanes, rate
+from gateway.jobs.quotes.tokens import ESTIMATE, cached_tokens, counter_for
 from gateway.metering.pricing import money_str
 from gateway.providers.base import TokenUsage
-from gateway.quotes import duration
-from gateway.quotes.lanes import GATEWAY, Lane, quote_lanes, rate
-from gateway.quotes.tokens import ESTIMATE, cached_tokens, counter_for
 from gateway.routing.deployment import Deployment, DeploymentTable
 from gateway.routing.directives import Directives
 from gateway.schemas.quotes import (

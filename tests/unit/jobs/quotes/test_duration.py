@@ -1,12 +1,12 @@
 """Expected durations from a deployment's recent batches, with and without history
-(gateway.quotes.duration)."""
+(gateway.jobs.quotes.duration)."""
 
 from __future__ import annotations
 
 import pytest
 
+from gateway.jobs.quotes.duration import MIN_SPREAD, BatchSpeed, Shape, batch_speed, expected, within_window
 from gateway.metering.reports.throughput import TimedRecord
-from gateway.quotes.duration import MIN_SPREAD, BatchSpeed, Shape, batch_speed, expected, within_window
 
 
 def shape(
