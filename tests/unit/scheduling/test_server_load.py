@@ -526,12 +526,14 @@ async def test_run_reads_the_load_a_replica_is_under(simulator: str) -> None:
 async def test_a_server_that_takes_more_with_room_in_its_cache_is_ramped_faster(
     client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
 ) -> None:
-    """What the server holds grows x8 per read while it runs more than at the read before and its
-    KV cache is used below half of kv_cache_high (sequences that share a prefix fill the sequence
-    limit long before the cache); it doubles otherwise: past half the cache, or while it runs no
-    more than before (held by a sequence limit not learned yet, its own queue would grow)."""
+    """What the server holds grows x8 per read while it keeps up (it started more since the read
+    before than it has waiting) and its KV cache is used below half of kv_cache_high (sequences
+    that share a prefix fill the sequence limit long before the cache); it doubles otherwise: past
+    half the cache, or while requests wait there faster than it starts them (held by a sequence
+    limit not learned yet, its own queue would grow)."""
     load = server_load(client, clock, kv_cache_high=0.9)
-    for running, kv, growth in ((4, 0.1, 2), (10, 0.2, 8), (10, 0.2, 2), (16, 0.6, 2)):
-        endpoint.text = vllm_text(0, running, kv) + CACHE_CONFIG + PREEMPTIONS
+    reads = ((0, 4, 0.1, 2), (2, 10, 0.2, 8), (7, 14, 0.2, 2), (0, 14, 0.2, 2), (0, 20, 0.6, 2))
+    for waiting, running, kv, growth in reads:
+        endpoint.text = vllm_text(waiting, running, kv) + CACHE_CONFIG + PREEMPTIONS
         await load.read()
-        assert dispatch_all(load) == growth * running + 1 - running, (running, kv)
+        assert dispatch_all(load) == growth * running + 1 - running - waiting, (waiting, running, kv)
