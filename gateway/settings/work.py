@@ -48,8 +48,9 @@ class SchedulingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     reserve_idle_s: float = 1.0
     # While an interactive request sent to a replica has not had its first token, for at most this
     # long, no batch request is sent there: batch prompts prefilled beside it lengthen the step its
-    # first token waits for (0: off)
-    interactive_prefill_guard_s: float = 0.25
+    # first token waits for (0: off, the default: on the simulated vLLM it left the TTFT p99 where
+    # it was, the step in progress and the batch's decode being most of it)
+    interactive_prefill_guard_s: float = 0.0
     # Within a class and team, shorter prompts go first; the head of a longer bucket that this many
     # others went before while it was the head (shorter ones of its team, or ones a gate let past
     # it) goes next, so longer requests go one per this many shorter ones (0: arrival order)
