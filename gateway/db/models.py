@@ -77,6 +77,7 @@ class UsageRecord(Base):
         Index("ix_usage_records_batch", "team_id", "batch_id", "created_at"),
         Index("ix_usage_records_key_created", "key_id", "created_at"),
         Index("ix_usage_records_batch_created", "batch_id", "created_at"),  # a batch's records, any team
+        Index("ix_usage_records_deployment_created", "deployment", "created_at"),  # a quote's history
     )
 
     # On PostgreSQL the key is (request_id, created_at) and the table is partitioned by month on

@@ -19,7 +19,7 @@ from gateway.db.base import Base
 from gateway.db.migrate import alembic_config, migrations_dir, upgrade_head, upgrade_head_async
 from gateway.db.session import create_engine
 
-HEAD = "0014"  # the newest revision under migrations/versions
+HEAD = "0015"  # the newest revision under migrations/versions
 
 
 def schema_diffs(connection: Connection) -> list[object]:
