@@ -64,11 +64,12 @@ class IdempotentRequests:
         request: IdempotentRequest,
         request_id: str,
         run: Callable[[], Awaitable[ProxyResult]],
-        error_answer: Callable[[GatewayError], ErrorAnswer],
+        error_answer: Callable[[GatewayError], ErrorAnswer] | None = None,
     ) -> ProxyResult:
         """The answer to a keyed request: `run()`'s when it is the key's first (kept for its
         repeats), else the first's, replayed; a Conflict (409) for another request under its key.
-        `error_answer` renders an error as the client is answered, to keep it."""
+        `error_answer` renders an upstream's error as the client is answered, to keep it (None: the
+        request reaches no upstream, and its errors free the key)."""
         claim = Claim(request.fingerprint, request_id)
         poll_s = FIRST_POLL_S
         while True:
@@ -99,7 +100,7 @@ class IdempotentRequests:
         request: IdempotentRequest,
         claim: Claim,
         run: Callable[[], Awaitable[ProxyResult]],
-        error_answer: Callable[[GatewayError], ErrorAnswer],
+        error_answer: Callable[[GatewayError], ErrorAnswer] | None,
     ) -> ProxyResult:
         """Run the key's first request in a task of its own: a client that leaves (or a request
         cancelled) does not stop it, and its answer is kept for the retry."""
@@ -117,12 +118,13 @@ class IdempotentRequests:
         request: IdempotentRequest,
         claim: Claim,
         run: Callable[[], Awaitable[ProxyResult]],
-        error_answer: Callable[[GatewayError], ErrorAnswer],
+        error_answer: Callable[[GatewayError], ErrorAnswer] | None,
     ) -> ProxyResult:
         try:
             result = await run()
         except GatewayError as exc:
-            if exc.logged and exc.status < 500 and exc.status not in RETRY_STATUSES:  # an upstream's
+            kept = exc.logged and exc.status < 500 and exc.status not in RETRY_STATUSES  # an upstream's
+            if error_answer is not None and kept:
                 answer = error_answer(exc)
                 await self._keep(request, claim, answer.status, answer.headers, body=answer.body)
             else:

@@ -123,7 +123,7 @@ class ProxyPipeline:
 
         The key is checked from the headers before `read_body` is awaited: a request refused for
         its key costs no upload, and the client is never told to send its body (`100 Continue`)."""
-        principal = exchange.principal = await self.keys.authenticate(_authorization(headers, endpoint))
+        principal = exchange.principal = await self.authenticate(headers, endpoint)
         return await self.answer(exchange, headers, principal, await read_body(), endpoint)
 
     async def authenticate(self, headers: Mapping[str, str], endpoint: Endpoint) -> Principal:

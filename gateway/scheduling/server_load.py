@@ -187,8 +187,8 @@ class ServerLoad:
             log.info("server_metrics_readable", url=_loggable(self.metrics_url))
         self._unreadable = False
         # It keeps up: it started more since the last read than it has waiting now
-        started = outcome.running - (outcome.running if self.reading is None else self.reading.running)
-        self._grew = started >= max(outcome.waiting, 1)
+        previous = self.reading
+        self._grew = previous is not None and outcome.running - previous.running >= max(outcome.waiting, 1)
         self.reading = outcome
         self.dispatched_since = self.completed_since = 0
         self.capacity.observe(outcome, self.in_flight)

@@ -25,9 +25,7 @@ from gateway.api.team_key import PrincipalDependency
 from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
-from gateway.errors import GatewayError
 from gateway.idempotency import IDEMPOTENCY_HEADER, idempotent_request
-from gateway.idempotency.service import ErrorAnswer
 from gateway.jobs import repository as batches
 from gateway.jobs.placement import job_placement, place_job, placement_rule
 from gateway.proxy.exchange import ProxyResult, new_request_id
@@ -142,7 +140,7 @@ async def create_batch(
         return ProxyResult({"x-request-id": request_id}, body=msgspec.json.encode(batch))
 
     keyed = idempotent_request(principal.team_id, key, "POST", "/v1/batches", raw)
-    answer = await services.idempotency.serve(keyed, request_id, create, _error_answer)
+    answer = await services.idempotency.serve(keyed, request_id, create)
     return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type=JSON)
 
 
@@ -162,11 +160,6 @@ async def _create(raw: bytes, request: Request, services: Services, principal: P
             await place_job(session, job, rule, principal, directives, quoter(services))
     services.job_created()
     return batch_object(job)
-
-
-def _error_answer(exc: GatewayError) -> ErrorAnswer:
-    """Never called: a create's errors are the gateway's own, given before any upstream, not kept."""
-    return ErrorAnswer(exc.status, exc.headers, exc.to_json())
 
 
 @get("/v1/batches", operation_class=documented(response=json_schema(BatchList)))
