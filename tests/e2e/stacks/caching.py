@@ -111,8 +111,11 @@ def drop_database(name: str) -> None:
     asyncio.run(run())
 
 
-def replica_config(replicas: Sequence[RunningUpstream]) -> str:
-    return REPLICA_CONFIG.format(replicas=", ".join(f"{r.base_url}/v1" for r in replicas))
+def replica_config(replicas: Sequence[RunningUpstream], affinity_load_bound: float | None = None) -> str:
+    config = REPLICA_CONFIG.format(replicas=", ".join(f"{r.base_url}/v1" for r in replicas))
+    if affinity_load_bound is not None:
+        config += f"scheduling:\n  affinity_load_bound: {affinity_load_bound}\n"
+    return config
 
 
 @dataclass
