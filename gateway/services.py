@@ -311,7 +311,7 @@ def open_services(settings: Settings) -> Services:
         file_store=open_file_store(catalog.files),
         file_slots=FileSlots(catalog.files.max_concurrent, catalog.files.busy_wait_s),
         responses=responses,
-        idempotency=open_idempotency(settings, redis),
+        idempotency=open_idempotency(settings, redis, metrics.count_idempotent),
     )
 
 

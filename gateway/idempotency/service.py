@@ -50,12 +50,22 @@ class ErrorAnswer(NamedTuple):
 
 class IdempotentRequests:
     def __init__(
-        self, store: IdempotencyStore, window_s: float, lease_s: float, max_answer_bytes: int
+        self,
+        store: IdempotencyStore,
+        window_s: float,
+        lease_s: float,
+        max_answer_bytes: int,
+        *,
+        count: Callable[[str], None],
     ) -> None:
+        """`count(outcome)` is told what became of each keyed request: `first` (it ran), `replayed`
+        (answered from the store), `conflict` (another request under its key: a 409) or
+        `store_unavailable` (run as an unkeyed one)."""
         self.store = store
         self.window_s = window_s
         self.lease_s = lease_s  # how long a first request is waited for before a repeat runs itself
         self.max_answer_bytes = max_answer_bytes
+        self.count = count
         self._wakeups: dict[str, _Waiters] = {}  # slots this process's requests wait on
         self._running: set[asyncio.Task[Any]] = set()  # first requests, run on if abandoned
 
@@ -76,10 +86,13 @@ class IdempotentRequests:
             try:
                 held = await self.store.claim(request.slot, claim, self.lease_s)
             except StoreUnavailable:
+                self.count("store_unavailable")
                 return await run()
             if held is None:
+                self.count("first")
                 return await self._first(request, claim, run, error_answer)
             if held.fingerprint != request.fingerprint:
+                self.count("conflict")
                 raise Conflict(
                     "This Idempotency-Key was already used with another request (method, path or "
                     "body) by your team; send a new key for a new request",
@@ -88,6 +101,7 @@ class IdempotentRequests:
                     headers=dict(NO_RETRY),
                 )
             if isinstance(held, StoredAnswer):
+                self.count("replayed")
                 log.info(
                     "idempotent_replay", request_id=request_id, replayed=held.headers.get("x-request-id")
                 )
@@ -216,7 +230,9 @@ def _detach_stream(task: asyncio.Task[ProxyResult]) -> None:
         task.result().stream.detach()  # type: ignore[union-attr]
 
 
-def open_idempotency(settings: Settings, redis: RedisClient | None) -> IdempotentRequests:
+def open_idempotency(
+    settings: Settings, redis: RedisClient | None, count: Callable[[str], None]
+) -> IdempotentRequests:
     """Slots in Redis when the gateway has one (every process sees them), else in this process."""
     store: IdempotencyStore = RedisIdempotencyStore(redis) if redis is not None else MemoryIdempotencyStore()
     return IdempotentRequests(
@@ -224,4 +240,5 @@ def open_idempotency(settings: Settings, redis: RedisClient | None) -> Idempoten
         settings.idempotency_window_s,
         settings.idempotency_lease_s,
         settings.idempotency_max_answer_bytes,
+        count=count,
     )

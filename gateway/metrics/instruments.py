@@ -171,6 +171,13 @@ class Metrics:
             ["endpoint", "status", "code"],
             registry=registry,
         )
+        self.idempotent_requests = Counter(
+            "gateway_idempotent_requests",
+            "Requests with an Idempotency-Key, by what became of them (first, replayed, conflict, "
+            "store_unavailable)",
+            ["outcome"],
+            registry=registry,
+        )
 
     def _gauges(self, registry: CollectorRegistry | None) -> None:
         self.open_circuits = _shared_gauge(
@@ -268,6 +275,9 @@ class Metrics:
     def count_refused(self, path: str, status: int, code: str | None) -> None:
         """A request answered with an error of the gateway's own before any upstream was tried."""
         self.requests_refused.labels(endpoint_label(path), str(status), code_label(code)).inc()
+
+    def count_idempotent(self, outcome: str) -> None:
+        self.idempotent_requests.labels(outcome).inc()
 
     def show_reconciliation(self, findings: Iterable[Reconciled]) -> None:
         """Each provider's latest reconciled day (gateway.reconciliation), in place of the last shown."""

@@ -94,8 +94,10 @@ async def test_two_processes_share_one_run_of_a_key(redis: tuple[Redis, str]) ->
     def refused(exc: object) -> ErrorAnswer:
         raise AssertionError("no error expected")
 
+    outcomes: list[str] = []
     processes = [
-        IdempotentRequests(RedisIdempotencyStore(client, prefix), 60.0, 30.0, 10_000) for _ in range(2)
+        IdempotentRequests(RedisIdempotencyStore(client, prefix), 60.0, 30.0, 10_000, count=outcomes.append)
+        for _ in range(2)
     ]
     request = idempotent_request("team-a", "k", "POST", "/v1/chat/completions", b"{}")
     first = asyncio.create_task(processes[0].serve(request, "req_a", run, refused))
@@ -104,4 +106,5 @@ async def test_two_processes_share_one_run_of_a_key(redis: tuple[Redis, str]) ->
 
     assert runs == ["run"]
     assert second.headers == {"x-request-id": "req_1", REPLAY_HEADER: "true"}
+    assert outcomes == ["first", "replayed"]
     assert (await first).body == second.body

@@ -42,8 +42,12 @@ def rendered(exc: GatewayError) -> ErrorAnswer:
     return ErrorAnswer(exc.status, {"x-request-id": "req_1"}, exc.to_json())
 
 
-def requests(lease_s: float = 5.0, max_answer_bytes: int = 1000) -> IdempotentRequests:
-    return IdempotentRequests(MemoryIdempotencyStore(), 60.0, lease_s, max_answer_bytes)
+def requests(
+    lease_s: float = 5.0, max_answer_bytes: int = 1000, outcomes: list[str] | None = None
+) -> IdempotentRequests:
+    """`outcomes`: where each keyed request's outcome is counted (the metrics' counter in the app)."""
+    counted = outcomes if outcomes is not None else []
+    return IdempotentRequests(MemoryIdempotencyStore(), 60.0, lease_s, max_answer_bytes, count=counted.append)
 
 
 def serve(
@@ -56,7 +60,8 @@ def serve(
 
 
 async def test_a_repeat_is_answered_from_the_store() -> None:
-    idempotent, upstream = requests(), Upstream()
+    outcomes: list[str] = []
+    idempotent, upstream = requests(outcomes=outcomes), Upstream()
 
     first = await serve(idempotent, upstream, "req_1")
     again = await serve(idempotent, upstream, "req_2")
@@ -64,6 +69,7 @@ async def test_a_repeat_is_answered_from_the_store() -> None:
     assert upstream.runs == 1
     assert again.body == first.body and again.status == 200
     assert again.headers == {"x-request-id": "req_1", REPLAY_HEADER: "true"}
+    assert outcomes == ["first", "replayed"]
 
 
 async def test_concurrent_repeats_wait_for_the_first() -> None:
@@ -76,7 +82,8 @@ async def test_concurrent_repeats_wait_for_the_first() -> None:
 
 
 async def test_another_request_under_the_key_is_a_conflict_even_while_the_first_runs() -> None:
-    idempotent, upstream = requests(), Upstream(delay_s=0.2)
+    outcomes: list[str] = []
+    idempotent, upstream = requests(outcomes=outcomes), Upstream(delay_s=0.2)
     other = idempotent_request("team-a", "key-1", "POST", "/v1/chat/completions", b"{ }")
     first = asyncio.create_task(serve(idempotent, upstream, "req_1"))
     await asyncio.sleep(0.05)
@@ -89,6 +96,7 @@ async def test_another_request_under_the_key_is_a_conflict_even_while_the_first_
     assert conflict.value.headers["x-should-retry"] == "false"
     with pytest.raises(Conflict):
         await serve(idempotent, upstream, "req_3", other)  # and once it is kept
+    assert outcomes == ["first", "conflict", "conflict"]
 
 
 async def test_a_failure_the_client_should_retry_frees_the_key_for_the_retry() -> None:
@@ -200,9 +208,12 @@ class Unreachable:
 
 
 async def test_without_a_reachable_store_each_request_runs() -> None:
-    idempotent, upstream = IdempotentRequests(Unreachable(), 60.0, 5.0, 1000), Upstream()
+    outcomes: list[str] = []
+    idempotent = IdempotentRequests(Unreachable(), 60.0, 5.0, 1000, count=outcomes.append)
+    upstream = Upstream()
 
     await serve(idempotent, upstream, "req_1")
     await serve(idempotent, upstream, "req_2")
 
     assert upstream.runs == 2
+    assert outcomes == ["store_unavailable", "store_unavailable"]

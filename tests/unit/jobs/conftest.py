@@ -47,7 +47,9 @@ class StandInServices:
     metrics: Metrics = field(default_factory=Metrics)  # the error handlers count refusals
     # a create sent with an Idempotency-Key (kept in this process)
     idempotency: IdempotentRequests = field(
-        default_factory=lambda: IdempotentRequests(MemoryIdempotencyStore(), 3600.0, 60.0, 1_000_000)
+        default_factory=lambda: IdempotentRequests(
+            MemoryIdempotencyStore(), 3600.0, 60.0, 1_000_000, count=lambda outcome: None
+        )
     )
     jobs_created: int = 0
 

@@ -108,6 +108,23 @@ async def test_another_body_under_the_same_key_is_a_409(front: Front) -> None:
     assert front.upstream_calls() == 1
 
 
+async def test_what_became_of_keyed_requests_is_counted_on_metrics(front: Front) -> None:
+    await front.post("/v1/chat/completions", CHAT, "key-1")
+    await front.post("/v1/chat/completions", CHAT, "key-1")
+    await front.post("/v1/chat/completions", CHAT, "key-1")
+    await front.post("/v1/chat/completions", CHAT | {"temperature": 0.5}, "key-1")
+    await front.post("/v1/chat/completions", CHAT, None)  # no key: not counted
+
+    exposition = (await front.client.get("/metrics")).text
+
+    counted = {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith("gateway_idempotent_requests_total{")
+    }
+    assert counted == {"first": 1.0, "replayed": 2.0, "conflict": 1.0}
+
+
 async def test_another_path_under_the_same_key_is_a_409(front: Front) -> None:
     await front.post("/v1/chat/completions", CHAT, "key-1")
     other = await front.post("/v1/completions", CHAT, "key-1")
