@@ -35,6 +35,10 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 class RedisIdempotencyStore:
@@ -43,6 +47,7 @@ class RedisIdempotencyStore:
         self._claim = redis.register_script(_CLAIM)
         self._keep = redis.register_script(_KEEP)
         self._release = redis.register_script(_RELEASE)
+        self._renew = redis.register_script(_RENEW)
 
     async def claim(self, slot: str, claim: Claim, lease_s: float) -> Record | None:
         try:
@@ -63,6 +68,12 @@ class RedisIdempotencyStore:
         try:
             await self._release(keys=[self._prefix + slot], args=[encode_record(claim)])
         except RedisError as exc:  # the claim frees itself when its lease ends
+            log.warning("idempotency_store_failed", error=type(exc).__name__)
+
+    async def renew(self, slot: str, claim: Claim, lease_s: float) -> None:
+        try:
+            await self._renew(keys=[self._prefix + slot], args=[encode_record(claim), _ms(lease_s)])
+        except RedisError as exc:  # the next renewal may reach it; past the lease, a repeat runs
             log.warning("idempotency_store_failed", error=type(exc).__name__)
 
 

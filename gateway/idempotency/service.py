@@ -38,6 +38,7 @@ NO_RETRY = {"x-should-retry": "false"}
 RETRY_STATUSES = frozenset({408, 409, 425, 429})  # 4xx a client is told to retry: never kept
 FIRST_POLL_S = 0.05  # a waiter looks again after this, then twice as long each time...
 MAX_POLL_S = 1.0  # ...up to this (a waiter in the first one's process is woken at once)
+RENEWALS_PER_LEASE = 3  # a running first request renews its claim this often a lease
 
 
 class ErrorAnswer(NamedTuple):
@@ -68,6 +69,7 @@ class IdempotentRequests:
         self.count = count
         self._wakeups: dict[str, _Waiters] = {}  # slots this process's requests wait on
         self._running: set[asyncio.Task[Any]] = set()  # first requests, run on if abandoned
+        self._renewals: dict[tuple[str, str], asyncio.Task[None]] = {}  # by slot and claim's owner
 
     async def serve(
         self,
@@ -117,7 +119,11 @@ class IdempotentRequests:
         error_answer: Callable[[GatewayError], ErrorAnswer] | None,
     ) -> ProxyResult:
         """Run the key's first request in a task of its own: a client that leaves (or a request
-        cancelled) does not stop it, and its answer is kept for the retry."""
+        cancelled) does not stop it, and its answer is kept for the retry. Its claim is renewed
+        while it runs, however long that is: only a process that died leaves a claim to expire."""
+        self._renewals[(request.slot, claim.owner)] = asyncio.create_task(
+            self._renew(request.slot, claim), name="idempotent-claim"
+        )
         task = asyncio.create_task(self._run_first(request, claim, run, error_answer), name="idempotent")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
@@ -166,6 +172,7 @@ class IdempotentRequests:
         body: bytes = b"",
         frames: list[bytes] | None = None,
     ) -> None:
+        self._stop_renewing(request.slot, claim)
         answer = StoredAnswer(request.fingerprint, status, headers, body, frames)
         if answer.size() > self.max_answer_bytes:
             log.info("idempotent_answer_not_kept", request_id=claim.owner, reason="over max_answer_bytes")
@@ -184,8 +191,19 @@ class IdempotentRequests:
             await self._keep(request, claim, 200, headers, frames=chunks)
 
     async def _release(self, request: IdempotentRequest, claim: Claim) -> None:
+        self._stop_renewing(request.slot, claim)
         await self.store.release(request.slot, claim)
         self._wake(request.slot)
+
+    async def _renew(self, slot: str, claim: Claim) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / RENEWALS_PER_LEASE)
+            await self.store.renew(slot, claim, self.lease_s)
+
+    def _stop_renewing(self, slot: str, claim: Claim) -> None:
+        renewal = self._renewals.pop((slot, claim.owner), None)
+        if renewal is not None:
+            renewal.cancel()
 
     async def _wait(self, slot: str, timeout_s: float) -> None:
         """Until this process's first request of `slot` ends, or `timeout_s` (one in another

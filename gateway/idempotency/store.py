@@ -37,6 +37,10 @@ class IdempotencyStore(Protocol):
         """Free the slot `claim` holds, if it still holds it: a retry runs anew."""
         ...
 
+    async def renew(self, slot: str, claim: Claim, lease_s: float) -> None:
+        """Hold the slot for `lease_s` from now, if `claim` still holds it: its request still runs."""
+        ...
+
 
 class MemoryIdempotencyStore:
     """Slots in this process, each expiring with its lease or window, within a memory budget."""
@@ -64,6 +68,10 @@ class MemoryIdempotencyStore:
     async def release(self, slot: str, claim: Claim) -> None:
         if self._held(slot) == claim:
             self._drop(slot)
+
+    async def renew(self, slot: str, claim: Claim, lease_s: float) -> None:
+        if self._held(slot) == claim:
+            self._put(slot, claim, lease_s, CLAIM_BYTES)
 
     def _held(self, slot: str) -> Record | None:
         entry = self._slots.get(slot)

@@ -1,5 +1,5 @@
 """Slots in the test session's Redis: claimed once across processes, held with the lease and then
-the window as their TTLs, stored and released only by their claim's owner; two gateway processes
+the window as their TTLs, stored, released and renewed only by their claim's owner; two gateway processes
 (two `IdempotentRequests` on one Redis) share one run of a key, the second polling for it."""
 
 from __future__ import annotations
@@ -68,6 +68,20 @@ async def test_a_claim_frees_itself_when_its_lease_ends(redis: tuple[Redis, str]
     assert await store.claim("team:k", SECOND, lease_s=30) is None
     await store.keep("team:k", FIRST, ANSWER, window_s=60)  # the first's lease is over: not its slot
     assert await store.claim("team:k", Claim("fp", "req_3"), lease_s=30) == SECOND
+
+
+async def test_only_the_owner_renews_a_claims_lease(redis: tuple[Redis, str]) -> None:
+    client, prefix = redis
+    store = RedisIdempotencyStore(client, prefix)
+    await store.claim("team:k", FIRST, lease_s=1)
+
+    await store.renew("team:k", SECOND, lease_s=30)
+    assert await client.pttl(prefix + "team:k") <= 1_000
+    await store.renew("team:k", FIRST, lease_s=30)
+    assert 29_000 < await client.pttl(prefix + "team:k") <= 30_000
+    await store.keep("team:k", FIRST, ANSWER, window_s=3600)
+    await store.renew("team:k", FIRST, lease_s=30)  # an answer is no claim: its window stands
+    assert 3_599_000 < await client.pttl(prefix + "team:k") <= 3_600_000
 
 
 async def test_what_redis_holds_names_neither_the_key_nor_another_team(redis: tuple[Redis, str]) -> None:

@@ -1,7 +1,8 @@
 """`IdempotentRequests`: the first request of a key runs once and its answer is replayed to its
 repeats (which wait for it while it runs); a failure the client should retry frees the key, an
 upstream's refusal is kept; an answer over the cap is not kept; a first request whose client left
-runs on and is kept; a first one that outlives its lease is taken over; without a store, requests
+runs on and is kept; a first one that runs past its lease keeps its key (renewed), one whose
+process died is taken over when its lease ends; without a store, requests
 run as unkeyed ones."""
 
 from __future__ import annotations
@@ -179,17 +180,23 @@ async def test_a_first_request_whose_client_left_runs_on_and_is_kept() -> None:
     assert retried.headers[REPLAY_HEADER] == "true"
 
 
-async def test_a_first_request_past_its_lease_is_taken_over() -> None:
-    idempotent, upstream = requests(lease_s=0.2), Upstream()
+async def test_a_first_request_running_past_its_lease_keeps_its_key() -> None:
+    idempotent, upstream = requests(lease_s=0.2), Upstream(delay_s=0.7)
 
-    async def stuck() -> ProxyResult:
-        await asyncio.sleep(10)
-        raise AssertionError("never answers")
-
-    first = asyncio.create_task(serve(idempotent, stuck, "req_1"))
+    first = asyncio.create_task(serve(idempotent, upstream, "req_1"))
     await asyncio.sleep(0.02)
+    repeat = await asyncio.wait_for(serve(idempotent, upstream, "req_2"), 3)
+    await first
+
+    assert upstream.runs == 1
+    assert repeat.headers == {"x-request-id": "req_1", REPLAY_HEADER: "true"}
+
+
+async def test_the_claim_of_a_process_that_died_is_taken_over_when_its_lease_ends() -> None:
+    idempotent, upstream = requests(lease_s=0.2), Upstream()
+    await idempotent.store.claim(REQUEST.slot, Claim(REQUEST.fingerprint, "req_0"), 0.2)  # nobody renews it
+
     taken_over = await asyncio.wait_for(serve(idempotent, upstream, "req_2"), 3)
-    first.cancel()
 
     assert upstream.runs == 1
     assert taken_over.headers["x-request-id"] == "req_1"  # the second's own run (Upstream counts)
@@ -205,6 +212,9 @@ class Unreachable:
 
     async def release(self, slot: str, claim: Claim) -> None:
         raise AssertionError("nothing claimed, nothing released")
+
+    async def renew(self, slot: str, claim: Claim, lease_s: float) -> None:
+        raise AssertionError("nothing claimed, nothing renewed")
 
 
 async def test_without_a_reachable_store_each_request_runs() -> None:

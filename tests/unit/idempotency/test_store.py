@@ -1,5 +1,6 @@
 """The in-process store: a slot is claimed once; it holds the answer for the window, or frees itself
-when the claim's lease ends; only the claim's owner stores or releases; the oldest slots go first
+when the claim's lease ends unless its owner renews it; only the claim's owner stores, releases or
+renews; the oldest slots go first
 past the memory budget."""
 
 from __future__ import annotations
@@ -49,6 +50,20 @@ async def test_a_claim_whose_lease_ran_out_is_taken_over_and_its_owner_stores_no
     assert await store.claim("s", SECOND, lease_s=10) is None
     await store.keep("s", FIRST, ANSWER, window_s=60)  # too late: the second holds the slot
     assert await store.claim("s", Claim("fp", "req_3"), lease_s=10) == SECOND
+
+
+async def test_only_the_owner_renews_a_claim_and_a_renewal_holds_it_past_its_first_lease() -> None:
+    clock = Clock()
+    store = MemoryIdempotencyStore(clock=clock)
+    await store.claim("s", FIRST, lease_s=10)
+
+    clock.now += 8
+    await store.renew("s", SECOND, lease_s=10)  # not its claim: nothing changes
+    await store.renew("s", FIRST, lease_s=10)
+    clock.now += 8  # 16 s after the claim, 8 after its renewal
+    assert await store.claim("s", SECOND, lease_s=10) == FIRST
+    clock.now += 3
+    assert await store.claim("s", SECOND, lease_s=10) is None  # not renewed again: free
 
 
 async def test_only_the_owner_releases_a_claim() -> None:
