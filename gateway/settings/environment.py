@@ -108,8 +108,8 @@ class Settings(msgspec.Struct, frozen=True):
     otel_traces: bool = False
     otel_metrics: bool = False
     # Idempotent retries (gateway.idempotency): how long an answer is kept for a repeat of its
-    # Idempotency-Key, how long a first request's claim lasts unrenewed (its process renews it while it runs), and the
-    # largest answer kept (a larger one's retry runs anew)
+    # Idempotency-Key, how long a first request's claim lasts unrenewed (its process renews it
+    # while it runs), and the largest answer kept (a larger one's retry runs anew)
     idempotency_window_s: float = 24 * 3600.0
     idempotency_lease_s: float = 600.0
     idempotency_max_answer_bytes: int = 4 * 1024 * 1024
