@@ -64,7 +64,7 @@ class IdempotentRequests:
         `store_unavailable` (run as an unkeyed one)."""
         self.store = store
         self.window_s = window_s
-        self.lease_s = lease_s  # how long a first request is waited for before a repeat runs itself
+        self.lease_s = lease_s  # how long a claim lasts unrenewed: a dead process's, then a repeat runs
         self.max_answer_bytes = max_answer_bytes
         self.count = count
         self._wakeups: dict[str, _Waiters] = {}  # slots this process's requests wait on
