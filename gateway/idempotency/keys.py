@@ -2,7 +2,8 @@
 
 The client's key is scoped by its team (another team's identical key is another slot) and stored
 only as a digest; the request is fingerprinted by the digest of its method, path and raw body
-bytes, so a repeat must be the very same request, byte for byte.
+bytes, so a repeat must be the very same request, byte for byte (an upload, whose multipart
+boundary changes with each retry, by its purpose, filename and file digest instead).
 """
 
 from __future__ import annotations

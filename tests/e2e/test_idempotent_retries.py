@@ -236,3 +236,22 @@ def test_a_messages_retry_through_the_anthropic_sdk_is_replayed(served: Stack) -
         ask(max_tokens=32)
     assert conflict.value.body["type"] == "error"  # type: ignore[index]
     assert upstream_calls(served.upstream, "/v1/messages") == 1
+
+
+def test_an_upload_sent_twice_under_one_key_makes_one_file(served: Stack) -> None:
+    """The SDK builds each upload with a multipart boundary of its own: the key still names it."""
+    team = served.new_team(f"idem-upload-{time.monotonic_ns()}")
+    sdk = openai.OpenAI(base_url=served.base_url, api_key=team.key, max_retries=0)
+    data = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
+
+    def upload(content: bytes) -> Any:
+        return sdk.files.with_raw_response.create(
+            file=("nightly.jsonl", content), purpose="batch", extra_headers={"Idempotency-Key": "nightly"}
+        )
+
+    first, again = upload(data), upload(data)
+    assert again.parse().id == first.parse().id
+    assert again.http_response.headers[REPLAY] == "true"
+    assert [f.id for f in sdk.files.list()] == [first.parse().id]
+    with pytest.raises(openai.ConflictError):
+        upload(data + data)

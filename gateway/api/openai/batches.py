@@ -19,16 +19,15 @@ from msgspec import UNSET, UnsetType
 
 from gateway.api.admin.body import decode_body
 from gateway.api.gateway.quotes import quoter
+from gateway.api.idempotent_creates import created_once
 from gateway.api.openapi import DIRECTIVE_HEADERS, documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency
 from gateway.auth.principal import Principal
 from gateway.db.models import BatchJob
 from gateway.db.teams import as_utc
-from gateway.idempotency import IDEMPOTENCY_HEADER, idempotent_request
 from gateway.jobs import repository as batches
 from gateway.jobs.placement import job_placement, place_job, placement_rule
-from gateway.proxy.exchange import ProxyResult, new_request_id
 from gateway.schemas.batch_api import (
     Batch,
     BatchCreate,
@@ -128,20 +127,11 @@ async def create_batch(
     for a placement is quoted and placed before the create answers (`gateway.jobs.placement`). With
     an `Idempotency-Key`, a repeat of the create answers the batch it made (gateway.idempotency)."""
     raw = await request.body()
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    if key is None:
-        return _json(await _create(raw, request, services, principal))
-    request_id = getattr(request.state, "request_id", None)  # gateway.api.request_ids' (an app has it)
-    if request_id is None:
-        request.state.request_id = request_id = new_request_id()
 
-    async def create() -> ProxyResult:
-        batch = await _create(raw, request, services, principal)
-        return ProxyResult({"x-request-id": request_id}, body=msgspec.json.encode(batch))
+    async def create() -> bytes:
+        return msgspec.json.encode(await _create(raw, request, services, principal))
 
-    keyed = idempotent_request(principal.team_id, key, "POST", "/v1/batches", raw)
-    answer = await services.idempotency.serve(keyed, request_id, create)
-    return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type=JSON)
+    return await created_once(request, services.idempotency, principal.team_id, raw, create)
 
 
 async def _create(raw: bytes, request: Request, services: Services, principal: Principal) -> Batch:

@@ -11,6 +11,7 @@ S3 in parts, PostgreSQL in one streamed COPY row).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 from collections.abc import AsyncIterator
@@ -23,12 +24,14 @@ from litestar.params import FromPath
 from litestar.response import Stream
 from msgspec import UNSET
 
+from gateway.api.idempotent_creates import created_once
 from gateway.api.openapi import documented, json_schema
 from gateway.api.query_params import documented_limit, documented_query, page_size, path_id, text_param
 from gateway.api.team_key import PrincipalDependency
 from gateway.db.models import StoredFile
 from gateway.db.teams import as_utc
 from gateway.errors import InvalidRequest
+from gateway.idempotency import IDEMPOTENCY_HEADER
 from gateway.jobs.files import repository as files
 from gateway.schemas.batch_api import FileDeleted, FileList, OpenAIFile
 from gateway.services import ServicesDependency
@@ -100,6 +103,16 @@ def _spooled_size(file: IO[bytes]) -> int:
     return size
 
 
+def _digest(file: IO[bytes]) -> str:
+    """The spooled upload's SHA-256 (in a thread: up to 200 MB are read)."""
+    digest = hashlib.sha256()
+    file.seek(0)
+    while chunk := file.read(UPLOAD_CHUNK_BYTES):
+        digest.update(chunk)
+    file.seek(0)
+    return digest.hexdigest()
+
+
 async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
     while chunk := await upload.read(UPLOAD_CHUNK_BYTES):
         yield chunk
@@ -116,7 +129,9 @@ async def _chunks(upload: UploadFile) -> AsyncIterator[bytes]:
 async def upload_file(
     request: Request, services: ServicesDependency, principal: PrincipalDependency
 ) -> Response[bytes]:
-    """multipart/form-data: `file` and `purpose`, read once the key is checked."""
+    """multipart/form-data: `file` and `purpose`, read once the key is checked. With an
+    `Idempotency-Key`, a repeat of the upload answers the file the first one made: the same purpose,
+    filename and bytes, whatever its multipart boundary (an SDK draws a new one for each retry)."""
     form = await request.form()
     try:
         purpose = _purpose(form.get("purpose"))
@@ -124,21 +139,30 @@ async def upload_file(
         if not isinstance(upload, UploadFile):
             raise InvalidRequest("file must be the uploaded file (multipart/form-data).", param="file")
         size = await _size(upload)
-        async with services.file_slots.held(), services.sessions.begin() as session:
-            stored = await files.store_upload(
-                session,
-                principal.team_id,
-                purpose,
-                _filename(upload),
-                size,
-                _chunks(upload),
-                store=services.file_store,
-            )
+        filename = _filename(upload)
+
+        async def store() -> bytes:
+            async with services.file_slots.held(), services.sessions.begin() as session:
+                stored = await files.store_upload(
+                    session,
+                    principal.team_id,
+                    purpose,
+                    filename,
+                    size,
+                    _chunks(upload),
+                    store=services.file_store,
+                )
+            return msgspec.json.encode(file_object(stored))
+
+        fields = b""  # what makes two uploads the same, read for a keyed one only
+        if IDEMPOTENCY_HEADER in request.headers:
+            digest = await asyncio.to_thread(_digest, upload.file)
+            fields = msgspec.json.encode([purpose, filename, size, digest])
+        return await created_once(request, services.idempotency, principal.team_id, fields, store)
     finally:
         for value in form.values():
             if isinstance(value, UploadFile):
                 await value.close()
-    return _json(file_object(stored))
 
 
 def _order(value: str | None) -> bool:
