@@ -71,6 +71,10 @@ class Provider(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # "pass" (forward as sent), "strip" (remove all hints); "auto" = openai for OpenAI and Azure,
     # strip for other OpenAI-compatible servers (vLLM, SGLang...).
     cache_hints: str = "auto"
+    # Whether a request's `service_tier` is sent (OpenAI-compatible kinds): "forward", "drop"; "auto"
+    # = forward to OpenAI (api.openai.com), Azure and the mock, drop for other servers (vLLM, SGLang:
+    # no tiers). "forward" is for a server with OpenAI's tiers at another URL (a proxy in front of it).
+    service_tiers: str = "auto"
     headers: dict[str, str] = {}
     capacity: Capacity | None = None  # absent: unlimited, no queue
     # Send non-streaming chat requests to the upstream as streams, to record their time to first
@@ -319,6 +323,10 @@ def _check_references(catalog: Catalog, path: Path) -> None:
             raise ConfigError(f"{where}: give base_url or base_urls, not both")
         if provider.cache_hints not in ("auto", "openai", "pass", "strip"):
             raise ConfigError(f"{where}.cache_hints: must be auto, openai, pass or strip")
+        if provider.service_tiers not in ("auto", "forward", "drop"):
+            raise ConfigError(f"{where}.service_tiers: must be auto, forward or drop")
+        if provider.service_tiers != "auto" and provider.kind is ProviderKind.ANTHROPIC:
+            raise ConfigError(f"{where}.service_tiers: for OpenAI-compatible kinds (Anthropic's are mapped)")
         if provider.timeout_s <= 0:
             raise ConfigError(f"{where}.timeout_s: must be positive")
         if provider.connect_timeout_s <= 0:

@@ -54,9 +54,12 @@ def hint_mode(provider: Provider, base_url: str) -> HintMode:
 
 
 def serves_tiers(provider: Provider, base_url: str) -> bool:
-    """Whether the upstream has OpenAI's service tiers, and is sent a request's `service_tier`:
-    OpenAI's own API, Azure and the mock. Other OpenAI-compatible servers (vLLM, SGLang...) have
-    no tiers: the field is dropped, and the request is recorded at the tier it asked for."""
+    """Whether the upstream has OpenAI's service tiers, and is sent a request's `service_tier`: as
+    the provider's `service_tiers` says, else (`auto`) OpenAI's own API, Azure and the mock. Other
+    OpenAI-compatible servers (vLLM, SGLang...) have no tiers: the field is dropped, and the
+    request is recorded at the tier it asked for."""
+    if provider.service_tiers != "auto":
+        return provider.service_tiers == "forward"
     return provider.kind in (ProviderKind.AZURE, ProviderKind.MOCK) or is_openai_api(base_url)
 
 

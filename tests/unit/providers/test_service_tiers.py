@@ -65,6 +65,18 @@ def test_a_self_hosted_server_is_not_sent_the_tier() -> None:
     assert "service_tier" not in body and body["messages"] == CHAT["messages"]
 
 
+def test_the_providers_service_tiers_setting_overrides_the_url() -> None:
+    proxy = "https://llm-proxy.internal/v1"  # OpenAI behind a proxy of the operator's own
+    forwarding = provider(ProviderKind.OPENAI, base_url=proxy, service_tiers="forward")
+    dropping = provider(ProviderKind.OPENAI, base_url=OPENAI, service_tiers="drop")
+
+    forwarded = OpenAIAdapter().build_request(call(CHAT), forwarding, proxy)
+    dropped = OpenAIAdapter().build_request(call(CHAT), dropping, OPENAI)
+
+    assert json.loads(forwarded.content)["service_tier"] == "flex"
+    assert "service_tier" not in json.loads(dropped.content)
+
+
 def test_a_translated_responses_request_carries_the_tier_to_openai_only() -> None:
     request = {"model": "alias", "input": "hi", "service_tier": "priority"}
     adapter = TranslatedResponsesAdapter(OpenAIAdapter())

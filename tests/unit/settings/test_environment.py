@@ -220,6 +220,8 @@ def test_an_unknown_top_level_key_is_named(tmp_path: Path) -> None:
             "providers[0]: give base_url or base_urls, not both",
         ),
         ("    region: eu-west", "    region: eu-west\n    cache_hints: always", "providers[0].cache_hints: must be auto, openai, pass or strip"),
+        ("    region: eu-west", "    region: eu-west\n    service_tiers: yes-please", "providers[0].service_tiers: must be auto, forward or drop"),
+        ("    kind: openai", "    kind: anthropic\n    service_tiers: forward", "providers[0].service_tiers: for OpenAI-compatible kinds (Anthropic's are mapped)"),
         ("    region: eu-west", "    region: eu-west\n    timeout_s: 0", "providers[0].timeout_s: must be positive"),
         ("      - provider: vllm-eu", "      - provider: vllm-us", "models[0].deployments[0].provider: unknown provider 'vllm-us' (known: vllm-eu)"),
         ("        model: meta", "        weight: 0\n        model: meta", "models[0].deployments[0].weight: must be positive"),
