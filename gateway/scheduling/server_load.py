@@ -6,8 +6,9 @@ When the server says how large its KV cache is (`vllm:cache_config_info`), the l
 (`gateway.scheduling.capacity`) decides: fill toward `kv_cache_high` of it, back off when the
 server preempts; and what the server holds (W + R + N) stays below 2 * max(R, 4) +
 target_waiting + 1, at most doubling per read (x8 while it keeps up, starting more between two
-reads than it has waiting, and its KV cache is used below half of kv_cache_high), so that a server whose sequence limit is not known yet is not flooded between two
-reads. Otherwise the rule, from the last good read (W requests waiting, R running,
+reads than it has waiting and holding all this process sent it, and its KV cache is used below
+half of kv_cache_high), so that a server whose sequence limit is not known yet is not flooded
+between two reads. Otherwise the rule, from the last good read (W requests waiting, R running,
 KV-cache usage K) and the requests this process sent the replica (`dispatched_since`) and saw end
 (`completed_since`) since that read, with H = kv_cache_high - GROWTH_ROOM (a usage measured now
 must leave the running sequences room to grow, where the learned capacity predicts their peak):
@@ -51,11 +52,11 @@ log = structlog.get_logger("gateway.scheduling")
 READ_TIMEOUT_S = 1.0  # a server too busy to answer its /metrics within this is treated as unreadable
 MIN_BURST = 4  # requests a server with nothing running may take between two reads
 # How much what a server of known size holds may grow per read: doubling, or x8 while it keeps up
-# (it started more since the read before than it has waiting) and its KV cache is used below half
-# of kv_cache_high. Sequences that need
-# little KV of their own (a shared prefix held once) fill a server's sequence limit long before its
-# cache, and doubling from a few to 256 took six reads (0.6 s) of a 6 s batch. A server that does
-# not keep up (held by a sequence limit not learned yet) only doubles, so its own queue stays short.
+# (it started more since the read before than it has waiting, and holds all this process sent
+# it) and its KV cache is used below half of kv_cache_high. Sequences that need little KV of their
+# own (a shared prefix held once) fill a server's sequence limit long before its cache, and
+# doubling from a few to 256 took six reads (0.6 s) of a 6 s batch. A server that does not keep up
+# (held by a sequence limit not learned yet) only doubles, so its own queue stays short.
 RAMP, RAMP_ROOMY = 2, 8
 # Without the server's size: the KV usage measured now that holds dispatch is this much below
 # kv_cache_high (0.98 - 0.18 = 0.8: the benchmark's server preempted at 0.9, not at 0.8)
@@ -186,9 +187,17 @@ class ServerLoad:
         if self._unreadable:
             log.info("server_metrics_readable", url=_loggable(self.metrics_url))
         self._unreadable = False
-        # It keeps up: it started more since the last read than it has waiting now
+        # It keeps up: it started more since the last read than it has waiting now, and it holds
+        # all this process sent it since then (a burst still on its way there, or queued, says
+        # nothing about room: read then, a server held at four sequences looked as if it had
+        # started all it was sent, and was sent eight times as many)
         previous = self.reading
-        self._grew = previous is not None and outcome.running - previous.running >= max(outcome.waiting, 1)
+        sent = self.dispatched_since - self.completed_since
+        self._grew = (
+            previous is not None
+            and outcome.running - previous.running >= max(outcome.waiting, 1)
+            and outcome.running + outcome.waiting - previous.running - previous.waiting >= sent
+        )
         self.reading = outcome
         self.dispatched_since = self.completed_since = 0
         self.capacity.observe(outcome, self.in_flight)

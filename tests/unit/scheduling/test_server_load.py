@@ -537,3 +537,23 @@ async def test_a_server_that_takes_more_with_room_in_its_cache_is_ramped_faster(
         endpoint.text = vllm_text(waiting, running, kv) + CACHE_CONFIG + PREEMPTIONS
         await load.read()
         assert dispatch_all(load) == growth * running + 1 - running - waiting, (waiting, running, kv)
+
+
+async def test_a_server_that_has_not_taken_what_it_was_sent_is_only_doubled(
+    client: httpx.AsyncClient, clock: Clock, endpoint: MetricsEndpoint
+) -> None:
+    """A read taken while a burst is still on its way shows the running count up and nothing
+    waiting; that is no sign of room (a server held at four sequences was sent eight times as many
+    on it), so what it holds only doubles until it holds what it was sent."""
+    load = server_load(client, clock, kv_cache_high=0.9)
+    endpoint.text = vllm_text(0, 0, 0.0) + CACHE_CONFIG + PREEMPTIONS
+    await load.read()
+    assert dispatch_all(load) == 2 * 4 + 1  # an idle server: the smallest burst, doubled
+
+    endpoint.text = vllm_text(0, 1, 0.01) + CACHE_CONFIG + PREEMPTIONS  # 1 of the 9 arrived
+    await load.read()
+    assert dispatch_all(load) == 2 * 4 + 1 - 1
+
+    endpoint.text = vllm_text(0, 9, 0.05) + CACHE_CONFIG + PREEMPTIONS  # all of them, started
+    await load.read()
+    assert dispatch_all(load) == 8 * 9 + 1 - 9
