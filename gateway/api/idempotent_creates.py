@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from litestar import Request, Response
+from litestar.enums import MediaType
 
+from gateway.api.front.error_replies import request_id_header
 from gateway.idempotency import IDEMPOTENCY_HEADER, idempotent_request
 from gateway.idempotency.service import IdempotentRequests
-from gateway.proxy.exchange import ProxyResult, new_request_id
-
-JSON = "application/json"
+from gateway.proxy.exchange import ProxyResult
 
 
 async def created_once(
@@ -27,14 +27,12 @@ async def created_once(
     boundary of its own carries)."""
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
-        return Response(await create(), media_type=JSON)
+        return Response(await create(), media_type=MediaType.JSON)
     keyed = idempotent_request(team_id, key, request.method, request.url.path, fingerprinted)
-    request_id = getattr(request.state, "request_id", None)  # gateway.api.request_ids' (an app has it)
-    if request_id is None:
-        request.state.request_id = request_id = new_request_id()
+    request_id: str = request.state.request_id  # gateway.api.request_ids
 
     async def run() -> ProxyResult:
-        return ProxyResult({"x-request-id": request_id}, body=await create())
+        return ProxyResult(request_id_header(request_id), body=await create())
 
     answer = await idempotency.serve(keyed, request_id, run)
-    return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type=JSON)
+    return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type=MediaType.JSON)

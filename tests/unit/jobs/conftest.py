@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.api.openai.batches import BATCH_JOB_HANDLERS
 from gateway.api.openai.files import FILE_HANDLERS
+from gateway.api.request_ids import RequestIdMiddleware
 from gateway.app import DEPENDENCIES, gateway_error_handler, http_error_handler
 from gateway.auth.key_cache import KeyCache
 from gateway.db.keys import key_state_loader
@@ -70,6 +71,7 @@ def jobs_app(services: StandInServices) -> Litestar:
         dependencies=DEPENDENCIES,
         exception_handlers={GatewayError: gateway_error_handler, HTTPException: http_error_handler},
         state=State({"services": services}),
+        middleware=[RequestIdMiddleware],  # as the gateway's app: every request has its id
         request_max_body_size=1024 * 1024,  # the gateway's own limit, below the upload route's
     )
 
